@@ -1,0 +1,38 @@
+# Every target builds .venv from nothing when it is missing or stale.
+SHELL := /bin/bash
+.SHELLFLAGS := -euo pipefail -c
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export TF_CPP_MIN_LOG_LEVEL ?= 2
+
+.PHONY: demo test bench lint venv clean
+
+$(STAMP): setup.py constraints.txt
+	rm -rf $(VENV)
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --no-input -c constraints.txt -e '.[test]'
+	$(BIN)/pip check
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+demo: $(STAMP)
+	$(BIN)/rlds-reverb demo
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+	$(BIN)/ruff format --check .
+
+test: $(STAMP) lint
+	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/convert.py
+	@for script in benchmarks/push.py benchmarks/adders.py benchmarks/sample.py; do \
+	  if [ -f $$script ]; then $(BIN)/python $$script; fi; \
+	done
+
+clean:
+	rm -rf $(VENV) build *.egg-info

@@ -1,0 +1,1 @@
+"""Adders: n-step returns, GAE, sequences and frame stacking as tf.data transforms."""

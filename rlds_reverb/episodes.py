@@ -1,0 +1,79 @@
+"""Whole-episode tensors: the shape every vectorized path in the toolkit works on.
+
+An RLDS episode holds its steps as a nested `tf.data.Dataset`. The fast paths turn each
+episode into one dict of tensors with a leading time dimension (`[T, ...]` per field), work
+on whole tensors, and only then go back to steps.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from rlds_reverb import types
+
+# tf.data's batch size for "the whole episode": larger than any episode.
+_WHOLE_EPISODE = 2**31 - 1
+
+
+def _empty_batch(step_spec: types.SpecNest) -> types.Nest:
+    """Returns a zero-length batch of steps matching `step_spec` (unknown dims become 0)."""
+
+    def _zeros(spec: tf.TensorSpec) -> tf.Tensor:
+        if spec.shape.rank is None:
+            raise ValueError(f'Step field spec {spec} has unknown rank; every field needs a rank.')
+        dims = [0] + [d if d is not None else 0 for d in spec.shape.as_list()]
+        return tf.zeros(dims, dtype=spec.dtype)
+
+    return tf.nest.map_structure(_zeros, step_spec)
+
+
+def batch_steps(steps: tf.data.Dataset) -> types.Nest:
+    """Returns all steps of one episode as one nest of `[T, ...]` tensors (T may be 0).
+
+    Usable inside `tf.data` maps: `episodes.map(lambda e: batch_steps(e['steps']))`.
+
+    Args:
+      steps: The episode's steps dataset.
+
+    Returns:
+      A nest shaped like one step, each leaf with a leading time dimension.
+    """
+    empty = tf.data.Dataset.from_tensors(_empty_batch(steps.element_spec))
+    whole = steps.batch(_WHOLE_EPISODE).concatenate(empty).take(1)
+    return whole.get_single_element()
+
+
+def to_episode_tensors(episodes: tf.data.Dataset) -> tf.data.Dataset:
+    """Maps an RLDS dataset to a dataset of whole-episode step tensors.
+
+    Args:
+      episodes: An RLDS dataset.
+
+    Returns:
+      A dataset with one element per episode (empty episodes included, with T = 0): the
+      episode's steps as a nest of `[T, ...]` tensors.
+    """
+    return episodes.map(
+        lambda episode: batch_steps(episode[types.STEPS]),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+
+
+def episode_length(steps: types.Nest) -> tf.Tensor:
+    """Returns T, the number of steps of a whole-episode nest."""
+    return tf.shape(steps[types.IS_FIRST])[0]
+
+
+def to_rlds_episodes(episode_tensors: tf.data.Dataset) -> tf.data.Dataset:
+    """Maps a dataset of whole-episode step tensors back to an RLDS dataset.
+
+    Args:
+      episode_tensors: A dataset of nests of `[T, ...]` tensors.
+
+    Returns:
+      An RLDS dataset with one episode per element, its `steps` sliced along time.
+    """
+    return episode_tensors.map(
+        lambda steps: {types.STEPS: tf.data.Dataset.from_tensor_slices(steps)}
+    )
