@@ -118,7 +118,10 @@ def create_trajectory_data_spec(
 
 def _flatten_with_names(nest: types.SpecNest) -> dict[str, object]:
     """Returns `{'a.b.0': leaf}` for every leaf of `nest` (namedtuple fields by name)."""
-    return {'.'.join(str(p) for p in path) or '<root>': leaf for path, leaf in tree.flatten_with_path(nest)}
+    return {
+        '.'.join(str(p) for p in path) or '<root>': leaf
+        for path, leaf in tree.flatten_with_path(nest)
+    }
 
 
 def _leaf_summary(spec: object) -> str:

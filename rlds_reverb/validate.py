@@ -1,0 +1,455 @@
+"""Episode validation (DESIGN §3.2): every rule checked on whole-episode tensors.
+
+The checks run inside `tf.data` maps, one episode at a time, on whole tensors; only small
+per-rule masks reach Python. Three entry points share them:
+
+* `validate(episodes, mode=...)` walks the dataset and returns a `ValidationReport`
+  (raising `InvalidEpisodeError` at the first invalid episode in `raise` mode).
+* `check_episodes(episode_tensors, mode=...)` is the lazy, in-graph form the converters
+  use: `raise` fails the iterator with the same message, `skip` drops invalid episodes whole.
+* `find_episode_problems(...)` turns one episode's masks into `Problem` records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+import numpy as np
+import tensorflow as tf
+import tree
+
+from rlds_reverb import episodes as episodes_lib
+from rlds_reverb import specs, types
+from rlds_reverb.errors import InvalidEpisodeError, SpecMismatchError
+
+# How many step indices a problem lists before it says "and N more".
+_SHOWN_STEPS = 5
+
+
+class Rule(enum.Enum):
+    """A validation rule: its id, and what to do when it is broken."""
+
+    NON_EMPTY = ('non_empty', 'an episode needs at least one step; drop empty episodes')
+    FIRST_AT_START = ('is_first_at_start', 'set is_first on the first step of each episode')
+    FIRST_ONLY_AT_START = (
+        'is_first_only_at_start',
+        'is_first may be true only on step 0; split the episode where a new one starts',
+    )
+    LAST_AT_END = ('is_last_at_end', 'set is_last on the final step of each episode')
+    LAST_ONLY_AT_END = (
+        'is_last_only_at_end',
+        'is_last may be true only on the final step; split the episode where it ends',
+    )
+    TERMINAL_IMPLIES_LAST = (
+        'is_terminal_implies_is_last',
+        'is_terminal may be true only on the final step, together with is_last',
+    )
+    FINITE = ('finite', 'replace NaN/Inf values, or drop the episode')
+    DISCOUNT_IN_RANGE = ('discount_in_0_1', 'discounts must lie in [0, 1]')
+    CONSISTENT_SHAPE = (
+        'consistent_shape',
+        'every episode must have the same per-step shape as the first one; reshape or drop it',
+    )
+
+    def __init__(self, rule_id: str, hint: str):
+        self.rule_id = rule_id
+        self.hint = hint
+
+
+@dataclasses.dataclass(frozen=True)
+class Problem:
+    """One broken rule in one episode: which steps, which field, and what to do."""
+
+    episode: int
+    step: int
+    field: str
+    rule: Rule
+    hint: str
+    steps: tuple[int, ...] = ()
+
+    def describe(self) -> str:
+        """Returns a one-line description naming episode, step(s), field, rule and hint."""
+        where = f'step {self.step}'
+        if len(self.steps) > 1:
+            shown = ', '.join(str(s) for s in self.steps[:_SHOWN_STEPS])
+            more = len(self.steps) - _SHOWN_STEPS
+            where = f'steps {shown}' + (f' and {more} more' if more > 0 else '')
+        return (
+            f"episode {self.episode}, {where}, field '{self.field}': "
+            f"rule '{self.rule.rule_id}' broken; {self.hint}"
+        )
+
+    def as_row(self) -> tuple[int, int, str, str, str]:
+        """Returns (episode index, step index, field, rule, hint)."""
+        return (self.episode, self.step, self.field, self.rule.rule_id, self.hint)
+
+
+@dataclasses.dataclass
+class ValidationReport:
+    """What validation found: every problem, and counts of episodes by kind."""
+
+    problems: list[Problem] = dataclasses.field(default_factory=list)
+    valid: int = 0
+    invalid: int = 0
+    terminated: int = 0
+    truncated: int = 0
+    steps: int = 0
+    invalid_episodes: list[int] = dataclasses.field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        """Whether every episode is valid."""
+        return self.invalid == 0
+
+    @property
+    def episodes(self) -> int:
+        """The number of episodes seen."""
+        return self.valid + self.invalid
+
+    def format(self) -> str:
+        """Returns the report as text: counts, then one line per problem."""
+        lines = [
+            f'episodes: {self.episodes} (valid {self.valid}, invalid {self.invalid}); '
+            f'valid episodes terminated {self.terminated}, truncated {self.truncated}; '
+            f'steps in valid episodes: {self.steps}'
+        ]
+        lines += [f'  - {p.describe()}' for p in self.problems]
+        return '\n'.join(lines)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Check:
+    rule: Rule
+    field: str
+
+
+def _numeric_leaves(step_spec: dict, field: str) -> list[tuple[str, tf.TensorSpec]]:
+    """Returns (dotted name, spec) for every leaf of a reward/discount field."""
+    leaves = []
+    for path, spec in tree.flatten_with_path(step_spec[field]):
+        name = '.'.join([field, *map(str, path)])
+        if not (spec.dtype.is_floating or spec.dtype.is_integer):
+            raise SpecMismatchError(
+                f"Step field '{name}' has dtype {spec.dtype.name}; rewards and discounts must "
+                'be numeric (float or int). Convert the field before loading.'
+            )
+        leaves.append((name, spec))
+    return leaves
+
+
+def check_step_spec(step_spec: dict) -> None:
+    """Checks what the dataset spec alone decides: flags are bool, rewards/discounts numeric.
+
+    Raises:
+      SpecMismatchError: Naming the field and its dtype.
+    """
+    for flag in types.FLAG_FIELDS:
+        dtype = step_spec[flag].dtype
+        if dtype != tf.bool:
+            raise SpecMismatchError(
+                f"Step field '{flag}' has dtype {dtype.name}; it must be bool. Cast it first."
+            )
+    _numeric_leaves(step_spec, types.REWARD)
+    _numeric_leaves(step_spec, types.DISCOUNT)
+
+
+def list_checks(step_spec: dict) -> list[_Check]:
+    """Returns the per-step checks, in the order `compute_problem_masks` stacks them."""
+    checks = [
+        _Check(Rule.FIRST_AT_START, types.IS_FIRST),
+        _Check(Rule.FIRST_ONLY_AT_START, types.IS_FIRST),
+        _Check(Rule.LAST_AT_END, types.IS_LAST),
+        _Check(Rule.LAST_ONLY_AT_END, types.IS_LAST),
+        _Check(Rule.TERMINAL_IMPLIES_LAST, types.IS_TERMINAL),
+    ]
+    for field in (types.REWARD, types.DISCOUNT):
+        checks += [_Check(Rule.FINITE, name) for name, _ in _numeric_leaves(step_spec, field)]
+    checks += [
+        _Check(Rule.DISCOUNT_IN_RANGE, name)
+        for name, _ in _numeric_leaves(step_spec, types.DISCOUNT)
+    ]
+    return checks
+
+
+def _any_per_step(mask: tf.Tensor) -> tf.Tensor:
+    """Reduces a [T, ...] bool tensor to [T]."""
+    return tf.reduce_any(tf.reshape(mask, [tf.shape(mask)[0], -1]), axis=1)
+
+
+def compute_problem_masks(steps: types.Nest) -> tf.Tensor:
+    """Returns a [num_checks, T] bool tensor: which step breaks which check.
+
+    Graph-friendly (no Python branching on tensors); the row order is `list_checks`'.
+
+    Args:
+      steps: One episode's steps as whole `[T, ...]` tensors.
+    """
+    is_first, is_last = steps[types.IS_FIRST], steps[types.IS_LAST]
+    length = tf.shape(is_first)[0]
+    index = tf.range(length)
+    rows = [
+        (index == 0) & ~is_first,
+        (index > 0) & is_first,
+        (index == length - 1) & ~is_last,
+        (index < length - 1) & is_last,
+        steps[types.IS_TERMINAL] & ~is_last,
+    ]
+
+    def _non_finite(x):
+        return _any_per_step(~tf.math.is_finite(x)) if x.dtype.is_floating else index < 0
+
+    rows += [_non_finite(x) for x in tree.flatten(steps[types.REWARD])]
+    rows += [_non_finite(x) for x in tree.flatten(steps[types.DISCOUNT])]
+    # NaN compares false both ways, so a NaN discount is reported once, as not finite.
+    rows += [_any_per_step((x < 0) | (x > 1)) for x in tree.flatten(steps[types.DISCOUNT])]
+    return tf.stack(rows)
+
+
+def _step_shapes(steps: types.Nest) -> list[tf.Tensor]:
+    """Returns the per-step shape of every leaf (shape without the time dimension)."""
+    return [tf.shape(x, out_type=tf.int32)[1:] for x in tree.flatten(steps)]
+
+
+def _summarize_episode(steps: types.Nest) -> dict[str, tf.Tensor]:
+    """Computes everything validation needs from one episode, as small tensors."""
+    length = episodes_lib.episode_length(steps)
+    return {
+        'length': length,
+        'masks': compute_problem_masks(steps),
+        'terminal': tf.reduce_any(steps[types.IS_TERMINAL] & steps[types.IS_LAST]),
+        'shapes': tuple(_step_shapes(steps)),
+    }
+
+
+def find_episode_problems(
+    episode_index: int, length: int, masks: np.ndarray, checks: list[_Check]
+) -> list[Problem]:
+    """Turns one episode's problem masks into `Problem` records (one per rule and field)."""
+    if length == 0:
+        return [Problem(episode_index, 0, types.STEPS, Rule.NON_EMPTY, Rule.NON_EMPTY.hint)]
+    problems = []
+    for check, row in zip(checks, masks, strict=True):
+        bad = np.flatnonzero(row)
+        if bad.size:
+            problems.append(
+                Problem(
+                    episode_index,
+                    int(bad[0]),
+                    check.field,
+                    check.rule,
+                    check.rule.hint,
+                    tuple(int(s) for s in bad),
+                )
+            )
+    return problems
+
+
+def _find_shape_problems(
+    episode_index: int, shapes: list[np.ndarray], reference: list[np.ndarray], names: list[str]
+) -> list[Problem]:
+    problems = []
+    for name, shape, ref in zip(names, shapes, reference, strict=True):
+        if not np.array_equal(shape, ref):
+            hint = (
+                f'{Rule.CONSISTENT_SHAPE.hint} (expected per-step shape {ref.tolist()}, '
+                f'found {shape.tolist()})'
+            )
+            problems.append(Problem(episode_index, 0, name, Rule.CONSISTENT_SHAPE, hint, (0,)))
+    return problems
+
+
+def _leaf_names(step_spec: dict) -> list[str]:
+    return ['.'.join(map(str, path)) for path, _ in tree.flatten_with_path(step_spec)]
+
+
+def validate(
+    episodes: tf.data.Dataset, *, mode: types.ValidationMode | str = types.ValidationMode.RAISE
+) -> ValidationReport:
+    """Validates every episode of an RLDS dataset against DESIGN §3.2's rules.
+
+    The rules: at least one step; `is_first` on step 0 and only there; `is_last` on the final
+    step and only there; `is_terminal` implies `is_last`; the same per-step shapes in every
+    episode; finite rewards and discounts; discounts in [0, 1].
+
+    Args:
+      episodes: An RLDS dataset (see `rlds_reverb.types`).
+      mode: `'raise'` (default) stops at the first invalid episode; `'skip'` and `'report'`
+        walk the whole dataset and list every problem (with `'skip'`, the invalid episodes
+        are the ones a converter or push would drop: `report.invalid_episodes`).
+
+    Returns:
+      A `ValidationReport`.
+
+    Raises:
+      InvalidEpisodeError: In `raise` mode, for the first invalid episode (a
+        `tf.errors.InvalidArgumentError`), naming each of its problems.
+      SourceError: If the dataset holds no RLDS steps.
+      SpecMismatchError: If step fields are missing or have the wrong dtype.
+      ValueError: If `mode` is not one of the modes.
+
+    Example:
+      >>> report = rlds_reverb.validate(episodes, mode='report')
+      >>> print(report.format())
+    """
+    mode = types.as_enum(types.ValidationMode, mode, argument='mode')
+    step_spec = specs.get_step_spec(episodes)
+    check_step_spec(step_spec)
+    checks = list_checks(step_spec)
+    names = _leaf_names(step_spec)
+    summaries = episodes_lib.to_episode_tensors(episodes).map(
+        _summarize_episode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+    )
+    report = ValidationReport()
+    reference = None
+    for index, summary in enumerate(summaries.as_numpy_iterator()):
+        length = int(summary['length'])
+        problems = find_episode_problems(index, length, summary['masks'], checks)
+        if length and reference is None:
+            reference = summary['shapes']
+        elif length:
+            problems += _find_shape_problems(index, summary['shapes'], reference, names)
+        if problems:
+            if mode is types.ValidationMode.RAISE:
+                raise InvalidEpisodeError(index, problems)
+            report.problems += problems
+            report.invalid += 1
+            report.invalid_episodes.append(index)
+            continue
+        report.valid += 1
+        report.steps += length
+        report.terminated += int(summary['terminal'])
+        report.truncated += int(not summary['terminal'])
+    return report
+
+
+def _format_problems_in_graph(
+    episode_index: tf.Tensor,
+    masks: tf.Tensor,
+    checks: list[_Check],
+    episode_checks: list[tuple[tf.Tensor, str]],
+) -> tf.Tensor:
+    """Builds the problem text of `Problem.describe` in graph (first bad step per rule).
+
+    Args:
+      episode_index: The episode's index.
+      masks: The `[num_checks, T]` masks of `compute_problem_masks`.
+      checks: The checks, in mask row order.
+      episode_checks: `(broken, text)` pairs for episode-level rules (empty, shape).
+    """
+    index_text = tf.strings.as_string(episode_index)
+    parts = []
+    for row, check in enumerate(checks):
+        first_bad = tf.strings.as_string(tf.argmax(tf.cast(masks[row], tf.int32)))
+        text = tf.strings.join(
+            [
+                'episode ',
+                index_text,
+                ', step ',
+                first_bad,
+                f", field '{check.field}': rule '{check.rule.rule_id}' broken; {check.rule.hint}",
+            ]
+        )
+        parts.append(tf.where(tf.reduce_any(masks[row]), text, ''))
+    for broken, text in episode_checks:
+        parts.append(
+            tf.where(broken, tf.strings.join(['episode ', index_text, ', step 0, ', text]), '')
+        )
+    parts = tf.stack(parts)
+    joined = tf.strings.reduce_join(
+        tf.boolean_mask(parts, tf.strings.length(parts) > 0), separator='; '
+    )
+    return tf.strings.join(
+        [
+            'Episode ',
+            index_text,
+            ' is invalid: ',
+            joined,
+            ". Fix the data, or pass mode='skip' to drop invalid episodes whole.",
+        ]
+    )
+
+
+def _compute_episode_ok(
+    steps: types.Nest, checks: list[_Check], reference: tuple[list, list[str]] | None
+) -> tuple[tf.Tensor, tf.Tensor, list[tuple[tf.Tensor, str]]]:
+    """Returns (ok, masks, episode-level checks) for one episode."""
+    masks = compute_problem_masks(steps)
+    episode_checks = [
+        (
+            tf.equal(episodes_lib.episode_length(steps), 0),
+            f"field '{types.STEPS}': rule '{Rule.NON_EMPTY.rule_id}' broken; {Rule.NON_EMPTY.hint}",
+        )
+    ]
+    if reference is not None:
+        shapes, names = reference
+        for shape, ref, name in zip(_step_shapes(steps), shapes, names, strict=True):
+            episode_checks.append(
+                (
+                    tf.reduce_any(tf.not_equal(shape, ref)),
+                    f"field '{name}': rule '{Rule.CONSISTENT_SHAPE.rule_id}' broken; "
+                    f'{Rule.CONSISTENT_SHAPE.hint} (expected per-step shape {list(ref)})',
+                )
+            )
+    ok = ~tf.reduce_any(masks)
+    for broken, _ in episode_checks:
+        ok &= ~broken
+    return ok, masks, episode_checks
+
+
+def _find_reference_shapes(episode_tensors: tf.data.Dataset, step_spec: dict) -> tuple | None:
+    """Returns the first non-empty episode's per-step shapes when the spec leaves dims open.
+
+    tf.data enforces fully known shapes itself, so this peek happens only for datasets whose
+    spec has unknown dimensions.
+    """
+    if all(spec.shape.is_fully_defined() for spec in tree.flatten(step_spec)):
+        return None
+    non_empty = episode_tensors.filter(lambda s: episodes_lib.episode_length(s) > 0)
+    for steps in non_empty.take(1):
+        return [s.numpy() for s in _step_shapes(steps)], _leaf_names(step_spec)
+    return None
+
+
+def check_episodes(
+    episode_tensors: tf.data.Dataset,
+    step_spec: dict,
+    *,
+    mode: types.ValidationMode | str = types.ValidationMode.RAISE,
+) -> tf.data.Dataset:
+    """Applies validation lazily, in graph, to a dataset of whole-episode tensors.
+
+    Args:
+      episode_tensors: Episodes as nests of `[T, ...]` tensors (`to_episode_tensors`).
+      step_spec: The dataset's step spec.
+      mode: `'raise'` fails iteration with an `InvalidArgumentError` naming the episode and its
+        problems; `'skip'` drops invalid episodes whole; `'report'` is refused here.
+
+    Returns:
+      The valid episodes' tensors.
+
+    Raises:
+      ValueError: If `mode` is `'report'` (use `validate` for a report).
+    """
+    mode = types.as_enum(types.ValidationMode, mode, argument='mode')
+    if mode is types.ValidationMode.REPORT:
+        raise ValueError("mode='report' converts nothing; call rlds_reverb.validate() instead.")
+    check_step_spec(step_spec)
+    checks = list_checks(step_spec)
+    reference = _find_reference_shapes(episode_tensors, step_spec)
+    indexed = episode_tensors.enumerate()
+    if mode is types.ValidationMode.SKIP:
+        kept = indexed.filter(lambda i, s: _compute_episode_ok(s, checks, reference)[0])
+        return kept.map(lambda i, s: s)
+
+    def _assert_valid(index, steps):
+        ok, masks, episode_checks = _compute_episode_ok(steps, checks, reference)
+        message = tf.cond(
+            ok,
+            lambda: tf.constant(''),
+            lambda: _format_problems_in_graph(index, masks, checks, episode_checks),
+        )
+        with tf.control_dependencies([tf.debugging.Assert(ok, [message], summarize=1)]):
+            return tf.nest.map_structure(tf.identity, steps)
+
+    return indexed.map(_assert_valid, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
