@@ -42,7 +42,7 @@ class InvalidEpisodeError(RldsReverbError, tf.errors.InvalidArgumentError):
         lines = '\n'.join(f'  - {p.describe()}' for p in self.problems)
         message = (
             f'Episode {episode_index} is invalid ({len(self.problems)} problem(s)):\n{lines}\n'
-            "Fix the data, or pass mode='skip' to drop invalid episodes whole."
+            "Fix the data, or pass mode='skip' to drop invalid episodes whole (never partly)."
         )
         tf.errors.InvalidArgumentError.__init__(self, None, None, message)
 

@@ -76,8 +76,8 @@ class Problem:
             more = len(self.steps) - _SHOWN_STEPS
             where = f'steps {shown}' + (f' and {more} more' if more > 0 else '')
         return (
-            f"episode {self.episode}, {where}, field '{self.field}': "
-            f"rule '{self.rule.rule_id}' broken; {self.hint}"
+            f'episode {self.episode}, {where}, field {self.field}, '
+            f'rule {self.rule.rule_id}: {self.hint}'
         )
 
     def as_row(self) -> tuple[int, int, str, str, str]:
@@ -347,7 +347,7 @@ def _format_problems_in_graph(
                 index_text,
                 ', step ',
                 first_bad,
-                f", field '{check.field}': rule '{check.rule.rule_id}' broken; {check.rule.hint}",
+                f', field {check.field}, rule {check.rule.rule_id}: {check.rule.hint}',
             ]
         )
         parts.append(tf.where(tf.reduce_any(masks[row]), text, ''))
@@ -365,7 +365,7 @@ def _format_problems_in_graph(
             index_text,
             ' is invalid: ',
             joined,
-            ". Fix the data, or pass mode='skip' to drop invalid episodes whole.",
+            '. Fix the data, or use the skip mode to drop invalid episodes whole.',
         ]
     )
 
@@ -378,7 +378,7 @@ def _compute_episode_ok(
     episode_checks = [
         (
             tf.equal(episodes_lib.episode_length(steps), 0),
-            f"field '{types.STEPS}': rule '{Rule.NON_EMPTY.rule_id}' broken; {Rule.NON_EMPTY.hint}",
+            f'field {types.STEPS}, rule {Rule.NON_EMPTY.rule_id}: {Rule.NON_EMPTY.hint}',
         )
     ]
     if reference is not None:
@@ -387,7 +387,7 @@ def _compute_episode_ok(
             episode_checks.append(
                 (
                     tf.reduce_any(tf.not_equal(shape, ref)),
-                    f"field '{name}': rule '{Rule.CONSISTENT_SHAPE.rule_id}' broken; "
+                    f'field {name}, rule {Rule.CONSISTENT_SHAPE.rule_id}: '
                     f'{Rule.CONSISTENT_SHAPE.hint} (expected per-step shape {list(ref)})',
                 )
             )

@@ -1,0 +1,130 @@
+"""N-step transitions as new step fields (DESIGN §3.4).
+
+For each step t < L of an episode (L the index of its last step), with k = min(n, L - t):
+
+    n_step_return    R_t = sum_{i<k} gamma^i (prod_{j<i} d_{t+j}) r_{t+i}
+    n_step_discount  D_t = gamma^(k-1) prod_{i<k} d_{t+i}
+    next_observation o_{t+k}
+    n_step_length    k (int32)
+
+D has one gamma fewer than the full bootstrap factor: the learner multiplies by gamma once
+more (Acme's convention, and TF-Agents' `to_n_step_transition`). When the episode is
+terminal (`is_terminal` on its last step), d_{L-1} is taken as 0 whatever the data says, so
+no transition bootstraps from a terminal state; a truncated episode bootstraps from o_L.
+
+The last step of each episode is kept but starts no transition: its `n_step_length` is 0
+and its other new fields are zeros. Filter on `n_step_length > 0` to keep transitions only.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from adders import _broadcast, _checks, _episode
+from rlds_reverb import types
+
+_ADDED_FIELDS = (
+    types.N_STEP_RETURN,
+    types.N_STEP_DISCOUNT,
+    types.NEXT_OBSERVATION,
+    types.N_STEP_LENGTH,
+)
+
+
+def n_step(n: int, gamma: float):
+    """Returns a transform adding n-step transition fields to every step of every episode.
+
+    Each step keeps all of its fields and gains `n_step_return`, `n_step_discount`,
+    `next_observation` and `n_step_length` (see the module docstring for the maths).
+    Reward and discount may be nested or vector-valued; a single discount broadcasts to the
+    reward's structure and shape. The work is O(n T) whole-tensor ops per episode.
+
+    Example:
+      >>> transitions = episodes.apply(adders.n_step(3, 0.99))
+
+    Args:
+      n: The number of steps, >= 1 (1 gives ordinary one-step transitions).
+      gamma: The discount factor, in [0, 1].
+
+    Returns:
+      A function from an RLDS (or episode-tensor) dataset to one of the same form.
+
+    Raises:
+      ValueError: If `n` < 1, `gamma` is outside [0, 1], or (when applied) the steps lack
+        `observation`, `reward` or `is_terminal`, or already hold an added field.
+    """
+    n = _checks.check_int_at_least(n, 1, argument='n')
+    gamma = _checks.check_unit_interval(gamma, argument='gamma')
+
+    def _transform(dataset: tf.data.Dataset) -> tf.data.Dataset:
+        spec = _episode.get_step_spec(dataset, transform='n_step')
+        _episode.require_fields(
+            spec, (types.OBSERVATION, types.REWARD, types.IS_TERMINAL), transform='n_step'
+        )
+        _episode.refuse_overwrite(spec, _ADDED_FIELDS, transform='n_step')
+        return _episode.map_episodes(dataset, lambda steps: add_n_step_fields(steps, n, gamma))
+
+    return _transform
+
+
+def add_n_step_fields(steps: types.Step, n: int, gamma: float) -> types.Step:
+    """Returns whole-episode `steps` (`[T, ...]` tensors) with the n-step fields added."""
+    t, last, terminal = _episode.episode_end(steps)
+    discount = steps.get(types.DISCOUNT, tf.ones_like(steps[types.IS_FIRST], tf.float32))
+    rewards, discounts = _broadcast.broadcast_rewards(steps[types.REWARD], discount)
+    length = tf.where(t < last, tf.minimum(n, last - t), 0)
+    # d_{L-1} := 0 on terminal episodes: nothing bootstraps from a terminal state.
+    cut = tf.logical_and(terminal, tf.equal(t, last - 1))
+    pairs = [
+        _n_step_return(r, d, t, last, cut, length, n, gamma)
+        for r, d in zip(tf.nest.flatten(rewards), tf.nest.flatten(discounts), strict=True)
+    ]
+    returns = tf.nest.pack_sequence_as(rewards, [pair[0] for pair in pairs])
+    step_discounts = tf.nest.pack_sequence_as(rewards, [pair[1] for pair in pairs])
+    next_index = tf.minimum(t + n, tf.maximum(last, 0))
+    valid = length > 0
+    next_observation = tf.nest.map_structure(
+        lambda o: _masked_gather(o, next_index, valid), steps[types.OBSERVATION]
+    )
+    return {
+        **steps,
+        types.N_STEP_RETURN: returns,
+        types.N_STEP_DISCOUNT: step_discounts,
+        types.NEXT_OBSERVATION: next_observation,
+        types.N_STEP_LENGTH: tf.cast(length, tf.int32),
+    }
+
+
+def _n_step_return(r, d, t, last, cut, length, n, gamma):
+    """Returns (R, D) for one reward leaf; `[T, ...]` r and d of equal shape."""
+    before_last = _episode.expand_to(t < last, r)
+    d = d * tf.cast(~_episode.expand_to(cut, d), d.dtype)
+    # Zero reward and unit discount from the last step on: sums and products stop at L.
+    r = tf.where(before_last, r, tf.zeros_like(r))
+    d = tf.where(before_last, d, tf.ones_like(d))
+    total = tf.zeros_like(r)
+    weight = tf.ones_like(r)  # gamma^i prod_{j<i} d_{t+j}
+    product = tf.ones_like(d)  # prod_{j<i} d_{t+j}
+    for i in range(n):  # n shifted whole-episode ops, not a per-step loop
+        total += weight * _shift(r, i, 0.0)
+        d_i = _shift(d, i, 1.0)
+        product *= d_i
+        weight *= gamma * d_i
+    exponent = tf.cast(_episode.expand_to(tf.maximum(length - 1, 0), r), r.dtype)
+    discount = tf.pow(tf.constant(gamma, r.dtype), exponent) * product
+    discount *= tf.cast(_episode.expand_to(length > 0, d), d.dtype)
+    return total, discount
+
+
+def _shift(x: tf.Tensor, i: int, fill: float) -> tf.Tensor:
+    """Returns x_{t+i} along axis 0, filled with `fill` past the end."""
+    if i == 0:
+        return x
+    tail = tf.fill(tf.concat([[i], tf.shape(x)[1:]], 0), tf.constant(fill, x.dtype))
+    return tf.concat([x, tail], axis=0)[i:]
+
+
+def _masked_gather(x: tf.Tensor, index: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
+    """Returns x[index] along axis 0, zero where not `valid`."""
+    gathered = tf.gather(x, index)
+    return tf.where(_episode.expand_to(valid, gathered), gathered, tf.zeros_like(gathered))

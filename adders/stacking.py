@@ -1,0 +1,49 @@
+"""Frame stacking (DESIGN §3.7), as Tianshou's `stack_num`.
+
+The observation of step t becomes the last k observations of its episode,
+[o_{t-k+1}, ..., o_t], along a new *leading* axis (oldest first; `[k, ...]` per step, so
+`[T, k, ...]` per episode), with o_0 repeated before the episode start. Every leaf of a
+nested observation is stacked the same way. Apply it before `n_step` so that
+`next_observation` is stacked too.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+
+from adders import _checks, _episode
+from rlds_reverb import types
+
+
+def stack_frames(k: int):
+    """Returns a transform replacing each observation with the stack of the last k.
+
+    Example:
+      >>> stacked = episodes.apply(adders.stack_frames(4))  # uint8[84,84,3] -> [4,84,84,3]
+
+    Args:
+      k: The number of observations per stack, >= 1.
+
+    Returns:
+      A function from an RLDS (or episode-tensor) dataset to one of the same form.
+
+    Raises:
+      ValueError: If `k` < 1, or (when applied) the steps hold no `observation`.
+    """
+    k = _checks.check_int_at_least(k, 1, argument='k')
+
+    def _transform(dataset: tf.data.Dataset) -> tf.data.Dataset:
+        spec = _episode.get_step_spec(dataset, transform='stack_frames')
+        _episode.require_fields(spec, (types.OBSERVATION,), transform='stack_frames')
+        return _episode.map_episodes(dataset, lambda steps: stack_observations(steps, k))
+
+    return _transform
+
+
+def stack_observations(steps: types.Step, k: int) -> types.Step:
+    """Returns whole-episode `steps` with every observation leaf stacked to `[T, k, ...]`."""
+    t = tf.range(tf.shape(steps[types.IS_FIRST])[0])
+    # Row t gathers steps t-k+1 .. t, clipped at the episode start (o_0 repeated).
+    index = tf.maximum(t[:, None] + tf.range(1 - k, 1)[None, :], 0)
+    stacked = tf.nest.map_structure(lambda o: tf.gather(o, index), steps[types.OBSERVATION])
+    return {**steps, types.OBSERVATION: stacked}

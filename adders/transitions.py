@@ -1,0 +1,103 @@
+"""N-step fields -> TF-Agents `Transition`s for `DqnAgent(n_step_update=n)`.
+
+`DqnAgent` turns a `Trajectory` of n + 1 frames into an n-step `Transition` with
+`trajectory.to_n_step_transition`: next reward sum_{i<n} gamma^i (prod_{j<i} d) r and next
+discount gamma^(n-1) prod d, then forms the target next_reward + gamma * next_discount *
+Q(next observation). Given a `Transition` it converts nothing, only checks the spec. So the
+transitions built here carry `n_step_return` as the next reward and `n_step_discount` (one
+gamma fewer) as the next discount, which makes the agent's target exactly
+R + gamma^k prod_{i<k} d_{t+i} Q(o_{t+k}), right also for the shorter transitions at the end
+of an episode (k < n, which a `Trajectory` of n + 1 frames cannot express) and 0-bootstrap
+on terminal episodes. Build the agent with the same `gamma` as `adders.n_step`; its
+`n_step_update` only validates `Trajectory` inputs and plays no part here.
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+from tf_agents.trajectories import policy_step, trajectory
+from tf_agents.trajectories import time_step as ts
+
+from adders import _episode
+from rlds_reverb import types
+
+_NEEDED = (
+    types.OBSERVATION,
+    types.ACTION,
+    types.REWARD,
+    types.DISCOUNT,
+    types.IS_FIRST,
+    types.IS_LAST,
+    types.N_STEP_RETURN,
+    types.N_STEP_DISCOUNT,
+    types.NEXT_OBSERVATION,
+    types.N_STEP_LENGTH,
+)
+
+
+def to_dqn_transitions():
+    """Returns a transform from `n_step` output to a dataset of TF-Agents `Transition`s.
+
+    One unbatched `Transition` per step that starts a transition (`n_step_length > 0`; the
+    last step of each episode starts none). `time_step` holds step t (its reward and
+    discount are unknown and zero, as in `trajectory.to_transition`), `action_step` its
+    action, `next_time_step` the observation o_{t+k} with reward `n_step_return` and
+    discount `n_step_discount`, step type LAST when o_{t+k} is the episode's last step.
+
+    Example:
+      >>> data = episodes.apply(adders.n_step(3, 0.99)).apply(adders.to_dqn_transitions())
+      >>> agent = dqn_agent.DqnAgent(..., n_step_update=3, gamma=0.99)
+      >>> agent.train(next(iter(data.batch(64))))
+
+    Returns:
+      A function from an RLDS (or episode-tensor) dataset, output of `adders.n_step`, to
+      a dataset of `Transition`s.
+
+    Raises:
+      ValueError: When applied, if the steps lack the n-step fields or RLDS step fields.
+    """
+
+    def _transform(dataset: tf.data.Dataset) -> tf.data.Dataset:
+        spec = _episode.get_step_spec(dataset, transform='to_dqn_transitions')
+        _episode.require_fields(spec, _NEEDED, transform='to_dqn_transitions (after n_step)')
+        episodes = _episode.to_steps_tensors(dataset)
+        transitions = episodes.map(
+            episode_transitions, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        )
+        return transitions.unbatch()
+
+    return _transform
+
+
+def _step_types(is_first: tf.Tensor, is_last: tf.Tensor) -> tf.Tensor:
+    return tf.where(
+        is_first, ts.StepType.FIRST, tf.where(is_last, ts.StepType.LAST, ts.StepType.MID)
+    )
+
+
+def episode_transitions(steps: types.Step) -> trajectory.Transition:
+    """Returns the `[N, ...]` `Transition`s of one episode's `[T, ...]` n-step steps."""
+    starts = steps[types.N_STEP_LENGTH] > 0
+    t = tf.range(tf.shape(starts)[0])
+    last = tf.shape(starts)[0] - 1
+    next_is_last = tf.equal(t + steps[types.N_STEP_LENGTH], last)
+    step_type = _step_types(steps[types.IS_FIRST], steps[types.IS_LAST])
+    next_step_type = tf.where(next_is_last, ts.StepType.LAST, ts.StepType.MID)
+    discount = tf.cast(steps[types.DISCOUNT], tf.float32)
+    time_step = ts.TimeStep(
+        step_type=step_type,
+        reward=tf.nest.map_structure(tf.zeros_like, steps[types.N_STEP_RETURN]),
+        discount=tf.zeros_like(discount),
+        observation=steps[types.OBSERVATION],
+    )
+    next_time_step = ts.TimeStep(
+        step_type=next_step_type,
+        reward=steps[types.N_STEP_RETURN],
+        discount=tf.nest.map_structure(
+            lambda d: tf.cast(d, tf.float32), steps[types.N_STEP_DISCOUNT]
+        ),
+        observation=steps[types.NEXT_OBSERVATION],
+    )
+    action_step = policy_step.PolicyStep(action=steps[types.ACTION], state=(), info=())
+    transition = trajectory.Transition(time_step, action_step, next_time_step)
+    return tf.nest.map_structure(lambda x: tf.boolean_mask(x, starts), transition)
