@@ -1,17 +1,37 @@
 """rlds-reverb: RLDS datasets to TF-Agents trajectories in Reverb tables, fast.
 
-See `rlds_reverb.types` for what an RLDS dataset is here.
+See `rlds_reverb.types` for what an RLDS dataset is here. Modules are named by concern
+(`loading`, `validation`, `convert`, ...) so that the functions exported here never shadow
+them.
 """
 
 from rlds_reverb.convert import convert_rlds_to_trajectories
+from rlds_reverb.errors import (
+    InvalidEpisodeError,
+    RldsReverbError,
+    SourceError,
+    SourceNotFoundError,
+    SpecMismatchError,
+)
+from rlds_reverb.loading import load
 from rlds_reverb.specs import create_trajectory_data_spec, get_rlds_step_features
-from rlds_reverb.validate import validate
+from rlds_reverb.types import EndBehavior, ValidationMode
+from rlds_reverb.validation import ValidationReport, validate
 from rlds_reverb.version import __version__
 
 __all__ = [
+    'EndBehavior',
+    'InvalidEpisodeError',
+    'RldsReverbError',
+    'SourceError',
+    'SourceNotFoundError',
+    'SpecMismatchError',
+    'ValidationMode',
+    'ValidationReport',
     '__version__',
     'convert_rlds_to_trajectories',
     'create_trajectory_data_spec',
     'get_rlds_step_features',
+    'load',
     'validate',
 ]

@@ -26,7 +26,7 @@ from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
 from rlds_reverb import episodes as episodes_lib
-from rlds_reverb import specs, types, validate
+from rlds_reverb import specs, types, validation
 from rlds_reverb.specs import PolicyInfoFn
 
 
@@ -134,7 +134,7 @@ def convert_episodes_to_trajectories(
     """
     step_spec = specs.get_step_spec(rlds_data)
     episode_tensors = episodes_lib.to_episode_tensors(rlds_data)
-    checked = validate.check_episodes(episode_tensors, step_spec, mode=mode)
+    checked = validation.check_episodes(episode_tensors, step_spec, mode=mode)
     return checked.map(
         lambda steps: episode_to_trajectory(steps, policy_info_fn=policy_info_fn),
         num_parallel_calls=tf.data.AUTOTUNE,

@@ -81,11 +81,17 @@ def load(
       SourceError: If the source is not an RLDS dataset (not a TFDS directory, no `steps`),
         the split is unknown, or a shard is missing, truncated or corrupt.
       SpecMismatchError: If a required step field other than `discount` is missing.
+      TypeError: If `source` is neither a dataset, a path nor a string.
+      ValueError: If `check_files` is not True, False or 'full'.
 
     Example:
       >>> episodes = load('~/tensorflow_datasets/cartpole_v1/1.0.0')
       >>> episodes = load('cartpole_v1', data_dir='/tmp/data', split='train[:10]')
     """
+    if check_files not in (True, False, 'full'):
+        raise ValueError(
+            f"check_files={check_files!r} is not valid; expected True, False or 'full'."
+        )
     if isinstance(source, tf.data.Dataset):
         return _check_episodes(source, where='the given tf.data.Dataset')
     builder, where = _open_builder(source, data_dir=data_dir)
@@ -205,7 +211,7 @@ def _builder_from_name(name: str, *, data_dir: Any) -> tfds.core.DatasetBuilder:
     try:
         builder = tfds.builder(name, data_dir=os.fspath(data_dir) if data_dir else None)
     except tfds.core.DatasetNotFoundError as e:
-        raise SourceNotFoundError(_name_not_found(name, data_dir, where, e)) from e
+        raise SourceNotFoundError(_name_not_found(name, data_dir)) from e
     except Exception as e:  # TFDS raises many types for unreadable metadata.
         raise SourceError(f'Could not open TFDS dataset {name!r} in {where}: {e}') from e
     if not builder.is_prepared():
@@ -217,16 +223,16 @@ def _builder_from_name(name: str, *, data_dir: Any) -> tfds.core.DatasetBuilder:
     return builder
 
 
-def _name_not_found(name: str, data_dir: Any, where: str, error: Exception) -> str:
-    """Returns the message for a TFDS name found nowhere, listing what `data_dir` holds."""
-    looked = pathlib.Path(data_dir).expanduser() / name.split(':')[0] if data_dir else None
-    present = ''
-    if data_dir and pathlib.Path(data_dir).expanduser().is_dir():
-        present = f' {data_dir} holds: {_list_entries(pathlib.Path(data_dir).expanduser())}.'
-    target = f' (looked for {looked}/<version>/{_DATASET_INFO})' if looked else ''
+def _name_not_found(name: str, data_dir: Any) -> str:
+    """Returns the message for a TFDS name found nowhere, listing what the data dir holds."""
+    root = pathlib.Path(data_dir or tfds.core.constants.DATA_DIR).expanduser()
+    looked = root / name.split(':')[0]
+    present = (
+        f' {root} holds: {_list_entries(root)}.' if root.is_dir() else f' {root} does not exist.'
+    )
     return (
-        f'No TFDS dataset named {name!r} in {where}{target}, and no path {name!r} exists.'
-        f'{present} ({error})'
+        f'No TFDS dataset named {name!r} in {root} (looked for {looked}/<version>/'
+        f'{_DATASET_INFO}), and no path {name!r} exists.{present}'
     )
 
 
@@ -305,17 +311,18 @@ def _fill_discount(step: types.Step) -> types.Step:
 
 def _with_discount(episodes: tf.data.Dataset, *, where: str) -> tf.data.Dataset:
     """Returns the episodes with `discount` filled in where the steps lack it (warning once)."""
-    steps_spec = episodes.element_spec.get(types.STEPS)
+    episode_spec = episodes.element_spec
+    steps_spec = episode_spec.get(types.STEPS) if isinstance(episode_spec, dict) else None
     step_spec = steps_spec.element_spec if isinstance(steps_spec, tf.data.DatasetSpec) else None
     if not isinstance(step_spec, dict) or types.DISCOUNT in step_spec:
-        return episodes
+        return episodes  # Complete, or not RLDS at all: get_step_spec says which.
     if types.REWARD not in step_spec:
         return episodes  # get_step_spec names every missing field.
     warnings.warn(
         f"The steps of {where} have no '{types.DISCOUNT}' field; using 1.0 on every step "
         '(termination is read from the is_terminal/is_last flags).',
         UserWarning,
-        stacklevel=3,
+        stacklevel=4,  # The caller of `load`.
     )
     return episodes.map(
         lambda episode: {**episode, types.STEPS: episode[types.STEPS].map(_fill_discount)}
@@ -324,8 +331,6 @@ def _with_discount(episodes: tf.data.Dataset, *, where: str) -> tf.data.Dataset:
 
 def _check_episodes(episodes: tf.data.Dataset, *, where: str) -> tf.data.Dataset:
     """Returns the episodes with `discount` filled, after checking the step fields."""
-    if not isinstance(episodes.element_spec, dict):
-        get_step_spec(episodes)  # Raises SourceError describing what was found.
     episodes = _with_discount(episodes, where=where)
     try:
         get_step_spec(episodes)

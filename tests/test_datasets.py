@@ -13,7 +13,7 @@ from tensorflow_datasets.core import example_serializer
 
 from rlds_reverb import types
 from rlds_reverb.datasets import cartpole, synthetic, tfds_writer
-from rlds_reverb.load import load
+from rlds_reverb.loading import load
 
 SMALL = {'num_episodes': 4, 'seed': 3, 'max_episode_steps': 60}
 

@@ -13,7 +13,7 @@ import tensorflow_datasets as tfds
 from rlds_reverb import types
 from rlds_reverb.datasets import cartpole, tfds_writer
 from rlds_reverb.errors import SourceError, SourceNotFoundError, SpecMismatchError
-from rlds_reverb.load import find_dataset_directory, load
+from rlds_reverb.loading import find_dataset_directory, load
 
 NUM_EPISODES = 12
 
@@ -149,9 +149,13 @@ def test_tfds_dataset_without_steps(tmp_path):
 
 
 def test_tf_dataset_without_steps():
-    with pytest.raises(SourceError, match="No dataset representing RLDS 'steps'"):
+    with pytest.raises(
+        SourceError, match="the given tf.data.Dataset: No dataset representing RLDS 'steps'"
+    ):
         load(tf.data.Dataset.from_tensors({'observation': [1.0]}))
-    with pytest.raises(SourceError, match="No dataset representing RLDS 'steps'"):
+    with pytest.raises(
+        SourceError, match="the given tf.data.Dataset: No dataset representing RLDS 'steps'"
+    ):
         load(tf.data.Dataset.range(3))
 
 
@@ -278,3 +282,10 @@ def test_corrupt_bytes_are_found_by_a_full_check(cartpole_copy):
     assert load(cartpole_copy) is not None  # The cheap check passes.
     with pytest.raises(SourceError, match=f'shard {shard} .* truncated or corrupt'):
         load(cartpole_copy, check_files='full')
+
+
+def test_check_files_must_be_known(cartpole_dir):
+    with pytest.raises(ValueError, match="check_files='fast' is not valid"):
+        load(cartpole_dir, check_files='fast')
+    assert count(load(cartpole_dir, check_files=False)) == NUM_EPISODES
+    assert count(load(cartpole_dir, check_files='full')) == NUM_EPISODES

@@ -211,7 +211,8 @@ def write_rlds_dataset(
     """Writes episodes of NumPy arrays as a TFDS RLDS dataset into `directory`, atomically.
 
     `directory` is the version directory (TFDS lays datasets out as `name/version/`); an
-    existing dataset there is replaced only once the new one is complete.
+    existing dataset there is replaced only once the new one is complete. The serialized
+    episodes are held in memory until written (fine for small datasets such as CartPole's).
 
     Args:
       directory: The dataset directory to create, e.g. `data_dir / name / version`.

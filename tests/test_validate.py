@@ -1,0 +1,150 @@
+"""One test per validation rule (DESIGN §3.2), the modes, the report and the errors."""
+
+import numpy as np
+import pytest
+import tensorflow as tf
+
+import rlds_reverb
+from rlds_reverb import errors, types
+from rlds_reverb.validation import Rule
+from tests import rlds_builders
+
+
+def _with(length=4, **fields):
+    episode = rlds_builders.make_episode(length)
+    for name, value in fields.items():
+        episode[name] = np.asarray(value, episode[name].dtype)
+    return episode
+
+
+def _problems(episodes):
+    report = rlds_reverb.validate(rlds_builders.make_rlds(episodes), mode='report')
+    return {(p.episode, p.step, p.field, p.rule) for p in report.problems}
+
+
+# (rule, episode fields, expected (step, field)) for every per-step rule.
+_RULE_CASES = [
+    (Rule.FIRST_AT_START, dict(is_first=[0, 0, 0, 0]), (0, types.IS_FIRST)),
+    (Rule.FIRST_ONLY_AT_START, dict(is_first=[1, 0, 1, 0]), (2, types.IS_FIRST)),
+    (Rule.LAST_AT_END, dict(is_last=[0, 0, 0, 0], is_terminal=[0, 0, 0, 0]), (3, types.IS_LAST)),
+    (Rule.LAST_ONLY_AT_END, dict(is_last=[0, 1, 0, 1]), (1, types.IS_LAST)),
+    (Rule.TERMINAL_IMPLIES_LAST, dict(is_terminal=[0, 1, 0, 1]), (1, types.IS_TERMINAL)),
+    (Rule.FINITE, dict(reward=[0.0, np.nan, 1.0, 0.0]), (1, types.REWARD)),
+    (Rule.FINITE, dict(reward=[0.0, 1.0, -np.inf, 0.0]), (2, types.REWARD)),
+    (Rule.FINITE, dict(discount=[1.0, 1.0, np.nan, 1.0]), (2, types.DISCOUNT)),
+    (Rule.DISCOUNT_IN_RANGE, dict(discount=[1.0, 1.5, 1.0, 1.0]), (1, types.DISCOUNT)),
+    (Rule.DISCOUNT_IN_RANGE, dict(discount=[1.0, 1.0, -0.1, 1.0]), (2, types.DISCOUNT)),
+]
+
+
+@pytest.mark.parametrize(
+    ('rule', 'fields', 'where'), _RULE_CASES, ids=lambda x: getattr(x, 'name', None)
+)
+def test_each_rule_is_reported_at_its_step_and_field(rule, fields, where):
+    problems = _problems([rlds_builders.make_episode(2), _with(**fields)])
+    assert (1, *where, rule) in problems
+    assert all(p[0] == 1 for p in problems)
+
+
+def test_empty_episode_is_reported():
+    problems = _problems([rlds_builders.make_episode(2), _with(length=0)])
+    assert problems == {(1, 0, types.STEPS, Rule.NON_EMPTY)}
+
+
+def test_inconsistent_shapes_are_reported_against_the_first_episode():
+    signature = {
+        types.OBSERVATION: tf.TensorSpec([None], tf.float32),
+        types.ACTION: tf.TensorSpec([], tf.int64),
+        types.REWARD: tf.TensorSpec([], tf.float32),
+        types.DISCOUNT: tf.TensorSpec([], tf.float32),
+        types.IS_FIRST: tf.TensorSpec([], tf.bool),
+        types.IS_LAST: tf.TensorSpec([], tf.bool),
+        types.IS_TERMINAL: tf.TensorSpec([], tf.bool),
+    }
+    episodes = [rlds_builders.make_episode(2, obs_dim=3), rlds_builders.make_episode(2, obs_dim=4)]
+    report = rlds_reverb.validate(
+        rlds_builders.make_rlds_from_generator(episodes, signature), mode='report'
+    )
+    (problem,) = report.problems
+    assert (problem.episode, problem.field, problem.rule) == (
+        1,
+        types.OBSERVATION,
+        Rule.CONSISTENT_SHAPE,
+    )
+    assert 'expected per-step shape [3], found [4]' in problem.hint
+
+
+def test_nested_rewards_name_the_leaf():
+    episode = rlds_builders.make_episode(3)
+    episode[types.REWARD] = {
+        'task_a': np.array([0.0, 1.0, 0.0], np.float32),
+        'task_b': np.array([0.0, np.nan, 0.0], np.float32),
+    }
+    assert _problems([episode]) == {(0, 1, 'reward.task_b', Rule.FINITE)}
+
+
+def test_report_counts_and_rows():
+    episodes = [
+        rlds_builders.make_episode(3, terminal=True),
+        rlds_builders.make_episode(2, terminal=False),
+        _with(reward=[np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan][:4]),
+        rlds_builders.make_episode(1, terminal=True),
+    ]
+    report = rlds_reverb.validate(rlds_builders.make_rlds(episodes), mode='report')
+    assert (report.valid, report.invalid, report.terminated, report.truncated) == (3, 1, 2, 1)
+    assert report.steps == 6 and report.invalid_episodes == [2] and not report.ok
+    (problem,) = report.problems
+    assert problem.as_row() == (2, 0, types.REWARD, 'finite', Rule.FINITE.hint)
+    assert problem.steps == (0, 1, 2, 3)
+    assert 'steps 0, 1, 2, 3' in report.format()
+
+
+def test_skip_mode_lists_what_would_be_dropped_without_raising():
+    episodes = [_with(is_first=[0, 0, 0, 0]), rlds_builders.make_episode(2)]
+    report = rlds_reverb.validate(rlds_builders.make_rlds(episodes), mode='skip')
+    assert report.invalid_episodes == [0] and report.valid == 1
+
+
+def test_raise_mode_names_the_episode_and_every_problem():
+    bad = _with(reward=[0.0, np.inf, 0.0, 0.0], discount=[1.0, 1.0, 2.0, 1.0])
+    dataset = rlds_builders.make_rlds([rlds_builders.make_episode(2), bad, bad])
+    with pytest.raises(errors.InvalidEpisodeError) as caught:
+        rlds_reverb.validate(dataset)
+    error = caught.value
+    assert isinstance(error, tf.errors.InvalidArgumentError)
+    assert error.episode_index == 1 and len(error.problems) == 2
+    message = str(error)
+    assert 'Episode 1 is invalid (2 problem(s))' in message
+    assert 'episode 1, step 1, field reward, rule finite' in message
+    assert 'episode 1, step 2, field discount, rule discount_in_0_1' in message
+
+
+def test_valid_data_passes_in_raise_mode():
+    episodes = [rlds_builders.make_episode(n, terminal=n % 2 == 0) for n in (1, 2, 5)]
+    report = rlds_reverb.validate(rlds_builders.make_rlds(episodes))
+    assert report.ok and report.episodes == 3
+
+
+def test_unknown_mode_lists_valid_modes():
+    with pytest.raises(
+        ValueError, match="mode='fix' is not valid; expected one of 'raise', 'skip', 'report'"
+    ):
+        rlds_reverb.validate(rlds_builders.make_rlds([rlds_builders.make_episode(2)]), mode='fix')
+
+
+def test_non_bool_flags_and_string_rewards_are_spec_errors():
+    episode = rlds_builders.make_episode(2)
+    episode[types.IS_LAST] = episode[types.IS_LAST].astype(np.int32)
+    with pytest.raises(
+        errors.SpecMismatchError, match="'is_last' has dtype int32; it must be bool"
+    ):
+        rlds_reverb.validate(rlds_builders.make_rlds([episode]))
+    episode = rlds_builders.make_episode(2)
+    episode[types.REWARD] = np.array([b'1', b'2'])
+    with pytest.raises(errors.SpecMismatchError, match="'reward' has dtype string"):
+        rlds_reverb.validate(rlds_builders.make_rlds([episode]))
+
+
+def test_missing_steps_is_a_source_error():
+    with pytest.raises(errors.SourceError, match="No dataset representing RLDS 'steps'"):
+        rlds_reverb.validate(tf.data.Dataset.from_tensors({'x': 1}))
