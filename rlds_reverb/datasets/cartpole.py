@@ -9,7 +9,10 @@ replaced by uniformly random ones. Episodes with little noise reach the 500-step
 Step semantics (DESIGN §3.1). An episode of N environment steps has N + 1 RLDS steps:
 
 * step t < N: `observation` o_t, `action` a_t (int64, 0 or 1), `reward` r_t (1.0),
-  `discount` 1.0; `is_first` only at t = 0.
+  `discount` d_t of that transition: 1.0, but 0.0 on step N - 1 of a terminated episode
+  (the transition into the terminal state, as dm_env and envlogger record it, so that
+  TF-Agents' two-step trajectories do not bootstrap from a terminal state); `is_first`
+  only at t = 0.
 * step N (the last): the final observation o_N, `is_last` true, placeholders action 0,
   reward 0.0, discount 0.0 if terminated else 1.0, and `is_terminal` true iff the pole fell
   (or the cart left the track) rather than the time limit ending the episode.
@@ -124,11 +127,14 @@ def _to_rlds_episode(rollout: _Rollout) -> dict[str, Any]:
     n = len(rollout.actions)
     is_last = np.arange(n + 1) == n
     last_discount = 0.0 if rollout.terminated else 1.0
+    discounts = np.append(np.ones(n, np.float32), last_discount).astype(np.float32)
+    if rollout.terminated and n:
+        discounts[n - 1] = 0.0
     steps = {
         types.OBSERVATION: rollout.observations,
         types.ACTION: np.append(rollout.actions, 0).astype(np.int64),
         types.REWARD: np.append(np.ones(n, np.float32), 0.0).astype(np.float32),
-        types.DISCOUNT: np.append(np.ones(n, np.float32), last_discount).astype(np.float32),
+        types.DISCOUNT: discounts,
         types.IS_FIRST: np.arange(n + 1) == 0,
         types.IS_LAST: is_last,
         types.IS_TERMINAL: is_last & rollout.terminated,
