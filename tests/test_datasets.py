@@ -75,7 +75,9 @@ def test_episodes_follow_rlds_step_semantics(cartpole_episodes):
         np.testing.assert_array_equal(episode[types.IS_LAST], np.arange(n + 1) == n)
         assert not episode[types.IS_TERMINAL][:-1].any()  # is_terminal implies is_last.
         np.testing.assert_array_equal(episode[types.REWARD], [1.0] * n + [0.0])
-        np.testing.assert_array_equal(episode[types.DISCOUNT][:-1], 1.0)
+        # The transition into a terminal state has discount 0 (dm_env's convention).
+        transition_discounts = [1.0] * (n - 1) + [0.0 if terminated else 1.0]
+        np.testing.assert_array_equal(episode[types.DISCOUNT][:-1], transition_discounts)
         assert episode[types.DISCOUNT][-1] == (0.0 if terminated else 1.0)
         assert episode[types.ACTION][-1] == 0 and set(episode[types.ACTION]) <= {0, 1}
         assert episode[cartpole.EPISODE_RETURN] == n
