@@ -29,9 +29,8 @@ test: $(STAMP) lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/convert.py
-	@for script in benchmarks/push.py benchmarks/adders.py benchmarks/sample.py; do \
-	  if [ -f $$script ]; then $(BIN)/python $$script; fi; \
+	@for name in convert push adders sample; do \
+	  if [ -f benchmarks/$$name.py ]; then $(BIN)/python -m benchmarks.$$name; fi; \
 	done
 
 clean:

@@ -36,6 +36,8 @@ def compute_dtype(dtype: tf.dtypes.DType) -> tf.dtypes.DType:
 
 def align_pair(a: tf.Tensor, b: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
     """Broadcasts two `[T, ...]` leaves to one shape, aligning their per-step shapes right."""
+    if a.shape[1:].is_fully_defined() and a.shape[1:] == b.shape[1:]:
+        return a, b  # Already alike (the common scalar case): no op.
     rank = max(a.shape.rank, b.shape.rank)
     a, b = _expand_rank(a, rank), _expand_rank(b, rank)
     return a * tf.ones_like(b, a.dtype), b * tf.ones_like(a, b.dtype)

@@ -11,13 +11,13 @@ A transform accepts two forms of episode datasets and returns the form it was gi
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Iterable
+from typing import NamedTuple
 
 import tensorflow as tf
 
 from rlds_reverb import episodes, types
-
-StepsFn = Callable[[types.Step], types.Step]
 
 
 def is_rlds(dataset: tf.data.Dataset) -> bool:
@@ -58,6 +58,15 @@ def require_fields(
         )
 
 
+def warn_if_no_discount(step_spec: dict[str, types.SpecNest], *, transform: str) -> None:
+    """Warns that a missing `discount` field is taken as 1.0 on every step (DESIGN §3.1)."""
+    if types.DISCOUNT not in step_spec:
+        warnings.warn(
+            f'{transform}: the steps have no {types.DISCOUNT!r} field; using 1.0 on every step.',
+            stacklevel=3,
+        )
+
+
 def refuse_overwrite(
     step_spec: dict[str, types.SpecNest], fields: Iterable[str], *, transform: str
 ) -> None:
@@ -74,19 +83,133 @@ def refuse_overwrite(
         )
 
 
-def map_episodes(dataset: tf.data.Dataset, fn: StepsFn) -> tf.data.Dataset:
-    """Applies `fn` (whole-episode steps -> whole-episode steps) to every episode.
+class Bounds(NamedTuple):
+    """Where each step of a flat stream of whole episodes sits (all `[N]`, global indices).
 
-    Episodes run in parallel (`num_parallel_calls=AUTOTUNE`) and keep their order.
+    Attributes:
+      t: The step's own index.
+      first: The index of its episode's first step.
+      last: The index of its episode's last step (L).
+      terminal: Whether its episode is terminal (`is_terminal` on its last step).
     """
-    if is_rlds(dataset):
 
-        def _on_episode(episode: types.Episode) -> types.Episode:
-            steps = fn(episodes.batch_steps(episode[types.STEPS]))
-            return {**episode, types.STEPS: tf.data.Dataset.from_tensor_slices(steps)}
+    t: tf.Tensor
+    first: tf.Tensor
+    last: tf.Tensor
+    terminal: tf.Tensor
 
-        return dataset.map(_on_episode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
-    return dataset.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+BoundedStepsFn = Callable[[types.Step, Bounds], types.Step]
+
+
+def bounds_from_splits(is_terminal: tf.Tensor, row_splits: tf.Tensor) -> Bounds:
+    """Returns the `Bounds` of episodes laid end to end, episode i at [splits[i], splits[i+1])."""
+    row_splits = tf.cast(row_splits, tf.int32)
+    lengths = row_splits[1:] - row_splits[:-1]
+    firsts, lasts = row_splits[:-1], row_splits[1:] - 1
+    size = row_splits[-1]
+    # Empty episodes read the appended False (they own no step anyway).
+    padded = tf.concat([is_terminal, [False]], axis=0)
+    terminals = tf.gather(padded, tf.where(lengths > 0, lasts, size))
+    return Bounds(
+        t=tf.range(size),
+        first=tf.repeat(firsts, lengths),
+        last=tf.repeat(lasts, lengths),
+        terminal=tf.repeat(terminals, lengths),
+    )
+
+
+def episode_bounds(steps: types.Step) -> Bounds:
+    """Returns the `Bounds` of one whole episode's `[T, ...]` steps."""
+    size = episodes.episode_length(steps)
+    terminal = tf.reduce_any(steps[types.IS_TERMINAL][size - 1 :])
+    return Bounds(
+        t=tf.range(size),
+        first=tf.zeros([size], tf.int32),
+        last=tf.fill([size], size - 1),
+        terminal=tf.fill([size], terminal),
+    )
+
+
+def map_episodes(
+    dataset: tf.data.Dataset,
+    fn: BoundedStepsFn,
+    *,
+    episodes_per_call: int = 1,
+    autograph: bool = False,
+) -> tf.data.Dataset:
+    """Applies `fn` to whole episodes, `episodes_per_call` at a time, keeping their order.
+
+    `fn` takes a flat stream of steps (`[N, ...]` tensors: the episodes laid end to end) and
+    its `Bounds`, and returns the stream with fields added; it must not mix episodes.
+    Several episodes per call amortize TF's per-op cost over more steps. Our functions
+    have no Python control flow on tensors, so autograph (slow to trace) is off unless
+    asked for, as it must be around user code such as a value function.
+    """
+    if not autograph:
+        fn = tf.autograph.experimental.do_not_convert(fn)
+    rlds = is_rlds(dataset)
+    if rlds:
+        dataset = dataset.map(
+            lambda e: {**e, types.STEPS: episodes.batch_steps(e[types.STEPS])},
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+
+    def _get(element):
+        return element[types.STEPS] if rlds else element
+
+    def _put(element, steps):
+        return {**element, types.STEPS: steps} if rlds else steps
+
+    def _on_one(element):
+        steps = _get(element)
+        return _put(element, fn(steps, episode_bounds(steps)))
+
+    def _on_batch(element):
+        batch = _get(element)
+        flat, splits, unflatten = _flatten_episodes(batch)
+        out = fn(flat, bounds_from_splits(flat[types.IS_TERMINAL], splits))
+        return _put(element, tf.nest.map_structure(unflatten, out))
+
+    if episodes_per_call == 1:
+        dataset = dataset.map(_on_one, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    else:
+        dataset = dataset.ragged_batch(episodes_per_call).map(
+            _on_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        )
+        # Unbatched ragged leaves have rank-0 ragged specs; a map turns them into tensors.
+        dataset = dataset.unbatch()
+        if not rlds:
+            dataset = dataset.map(lambda element: element)
+    if rlds:
+        dataset = dataset.map(
+            lambda e: {**e, types.STEPS: tf.data.Dataset.from_tensor_slices(e[types.STEPS])}
+        )
+    return dataset
+
+
+def _flatten_episodes(batch: types.Step):
+    """Returns (flat steps, row splits, unflatten) for a batch of episodes.
+
+    `ragged_batch` gives ragged `[B, None, ...]` leaves, or dense `[B, T, ...]` ones when
+    every episode has the same static length; both become `[N, ...]` episodes end to end.
+    """
+    flag = batch[types.IS_FIRST]
+    if isinstance(flag, tf.RaggedTensor):
+        splits = flag.row_splits
+        flat = tf.nest.map_structure(lambda x: x.values, batch)
+        return flat, splits, lambda x: tf.RaggedTensor.from_row_splits(x, splits, validate=False)
+    shape = tf.shape(flag)
+    splits = tf.range(shape[0] + 1) * shape[1]
+
+    def _merge(x):
+        return tf.reshape(x, tf.concat([[-1], tf.shape(x)[2:]], 0))
+
+    def _split(x):
+        return tf.reshape(x, tf.concat([shape[:2], tf.shape(x)[1:]], 0))
+
+    return tf.nest.map_structure(_merge, batch), splits, _split
 
 
 def to_steps_tensors(dataset: tf.data.Dataset) -> tf.data.Dataset:
@@ -94,19 +217,10 @@ def to_steps_tensors(dataset: tf.data.Dataset) -> tf.data.Dataset:
     return episodes.to_episode_tensors(dataset) if is_rlds(dataset) else dataset
 
 
-def episode_end(steps: types.Step) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-    """Returns `(t, last, terminal)`: step indices [T], the last index L, and termination.
-
-    `terminal` is `is_terminal` on the final step (false for an empty episode).
-    """
-    length = episodes.episode_length(steps)
-    t = tf.range(length)
-    terminal = tf.reduce_any(steps[types.IS_TERMINAL][length - 1 :])
-    return t, length - 1, terminal
-
-
 def expand_to(mask: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
     """Reshapes a `[T]` tensor to `[T, 1, ..., 1]` so that it broadcasts against `like`."""
+    if like.shape.rank == 1:
+        return mask
     return tf.reshape(
         mask, tf.concat([tf.shape(mask), tf.ones([like.shape.rank - 1], tf.int32)], 0)
     )

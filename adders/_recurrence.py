@@ -1,24 +1,22 @@
-"""The reverse linear recurrence y_t = x_t + c_t y_{t+1} (y_T = 0), solved with matrices.
+"""The reverse linear recurrence y_t = x_t + c_t y_{t+1} (y_T = 0), solved by doubling.
 
 GAE (and any discounted reverse cumulative sum) is this recurrence. `tf.scan` would run one
-graph step per time step; here the episode is cut into blocks of about sqrt(T) steps and
-each block is solved with a small matrix product, then the blocks are chained with one more
-(it is the same recurrence over the blocks' first steps). Products of `c` are formed by
-multiplication only (masked cumulative products: no logs, no division), so zeros in `c`
-are exact and nothing underflows early.
+graph step per time step. Here each pass composes the recurrence with itself shifted by a
+doubling span: after the pass of span s, y_t = x_t + c_t y_{t+2s}, with x and c updated by
+x_t += c_t x_{t+s} and c_t *= c_{t+s} (zero past the end). After ceil(log2 T) passes c is
+zero everywhere and x is y. Each pass is a few whole-tensor ops (one `tf.while_loop`
+iteration: a small graph that traces fast); products of `c` are plain
+multiplications (no logs, no division), so zeros in `c` are exact: a zero factor is how
+callers keep episodes laid end to end from leaking into each other.
 """
 
 from __future__ import annotations
 
 import tensorflow as tf
 
-# Bounds of the block size; ~sqrt(T) in between keeps both matrix levels small.
-_MIN_BLOCK = 8
-_MAX_BLOCK = 256
-
 
 def solve_reverse_recurrence(x: tf.Tensor, c: tf.Tensor) -> tf.Tensor:
-    """Returns y with y_t = x_t + c_t * y_{t+1} along axis 0, and y_{T} = 0.
+    """Returns y with y_t = x_t + c_t * y_{t+1} along axis 0, and y_T = 0.
 
     Args:
       x: A `[T, ...]` float tensor.
@@ -27,47 +25,24 @@ def solve_reverse_recurrence(x: tf.Tensor, c: tf.Tensor) -> tf.Tensor:
     Returns:
       A tensor shaped like `x`.
     """
-    shape = tf.shape(x)
-    length = shape[0]
-    # [T, ...] -> [m, T]: every trailing component is an independent recurrence.
-    x2 = tf.transpose(tf.reshape(x, [length, -1]))
-    c2 = tf.transpose(tf.reshape(c, [length, -1]))
-    sqrt = tf.cast(tf.math.ceil(tf.sqrt(tf.cast(length, tf.float32))), tf.int32)
-    block = tf.clip_by_value(sqrt, _MIN_BLOCK, _MAX_BLOCK)
-    num_blocks = tf.maximum((length + block - 1) // block, 1)
-    pad = [[0, 0], [0, num_blocks * block - length]]
-    blocked_shape = tf.stack([tf.shape(x2)[0], num_blocks, block])
-    xb = tf.reshape(tf.pad(x2, pad), blocked_shape)
-    cb = tf.reshape(tf.pad(c2, pad), blocked_shape)
-    local, through = _solve_blocks(xb, cb)
-    # The value at each block's first step obeys the same recurrence across blocks.
-    heads, _ = _solve_blocks(local[:, None, :, 0], through[:, None, :, 0])
-    heads = heads[:, 0, :]
-    next_heads = tf.concat([heads[:, 1:], tf.zeros_like(heads[:, :1])], axis=1)
-    y = local + through * next_heads[:, :, None]
-    y = tf.reshape(y, [tf.shape(x2)[0], -1])[:, :length]
-    return tf.reshape(tf.transpose(y), shape)
+
+    def _body(span, x, c):
+        x, c = _compose(x, c, span)
+        return span * 2, x, c
+
+    length = tf.shape(x)[0]
+    _, x, _ = tf.while_loop(lambda span, x, c: span < length, _body, (tf.constant(1), x, c))
+    return x
 
 
-def _solve_blocks(x: tf.Tensor, c: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-    """Solves the recurrence inside each block of the last axis, with zero after the block.
-
-    Args:
-      x: `[..., K]` tensor.
-      c: `[..., K]` tensor.
-
-    Returns:
-      `(local, through)`: local[..., t] = sum_{s>=t} (prod_{t<=j<s} c_j) x_s, and
-      through[..., t] = prod_{t<=j<K} c_j (how y after the block reaches step t).
-    """
-    size = tf.shape(x)[-1]
-    index = tf.range(size)
-    upper = index[None, :] >= index[:, None]  # [t, s]: s >= t
-    # Row t keeps c_j for j >= t and ones before, so an exclusive cumprod along j gives
-    # prod_{t<=j<s} c_j at column s >= t.
-    rows = tf.where(upper, c[..., None, :], tf.ones_like(c[..., None, :]))
-    products = tf.math.cumprod(rows, axis=-1, exclusive=True)
-    matrix = tf.where(upper, products, tf.zeros_like(products))
-    local = tf.linalg.matvec(matrix, x)
-    through = products[..., -1] * c[..., -1:]
-    return local, through
+def _compose(x: tf.Tensor, c: tf.Tensor, span) -> tuple[tf.Tensor, tf.Tensor]:
+    """One doubling pass: x_t + c_t x_{t+span} and c_t c_{t+span}, zero past the end."""
+    length = tf.shape(x)[0]
+    pad = [[0, tf.minimum(span, length)]] + [[0, 0]] * (x.shape.rank - 1)
+    x_next = tf.pad(x[span:], pad)
+    c_next = tf.pad(c[span:], pad)
+    x_out, c_out = x + c * x_next, c * c_next
+    # Keep the static shape, which `tf.while_loop` requires of its loop variables.
+    x_out.set_shape(x.shape)
+    c_out.set_shape(c.shape)
+    return x_out, c_out

@@ -21,11 +21,12 @@ kept only if it holds steps no full window covers (`length=3`, `period=2`, 8 ste
 Burn-in: the first `burn_in` steps of every window have `is_burn_in` true (a recurrent
 learner unrolls through them to warm its state and trains on the rest). `period` defaults
 to `length - burn_in`, so that the trained parts tile the episode and consecutive windows
-overlap by exactly `burn_in` steps:
+overlap by exactly `burn_in` steps; the first `burn_in` steps of an episode are only ever
+burn-in. For 8 steps, `length=4`, `burn_in=2` (so `period=2`), `*` marking burn-in:
 
-    length=4, burn_in=2, period=2:   [b b 0 1]
-                                         [b b 2 3]      b: burn-in steps (0 1, then 2 3)
-                                             [b b 4 5]
+    [0* 1* 2  3 ]
+          [2* 3* 4  5 ]
+                [4* 5* 6  7 ]
 
 Every window is a dict of `[length, ...]` tensors (shorter for TRUNCATE) holding the step
 fields plus `mask` (true on real steps, false on padding) and `is_burn_in`. Episode-level
@@ -104,8 +105,7 @@ def episode_windows(
     size = tf.shape(steps[types.IS_FIRST])[0]
     starts = tf.range(0, size, period)
     sizes = tf.minimum(length, size - starts)
-    # Full windows, plus the first one that does not fit if it covers steps no full one does.
-    keep = tf.logical_or(tf.equal(sizes, length), sizes > length - period)
+    keep = _is_kept(starts, sizes, length, period)
     starts = tf.boolean_mask(starts, keep)
     full = tf.boolean_mask(sizes, keep) >= length
     if end is types.EndBehavior.DROP:
@@ -135,6 +135,17 @@ def gather_window_steps(
     return {**windows, types.MASK: valid, types.IS_BURN_IN: position < burn_in}
 
 
+def _is_kept(starts, sizes, length: int, period: int) -> tf.Tensor:
+    """Whether windows (by start and size in steps) are emitted before `end` is applied.
+
+    Full windows are; so is the first window that does not fit, if it covers steps that no
+    full window does: it starts the episode, or it is longer than the overlap of windows.
+    """
+    return tf.logical_or(
+        tf.logical_or(tf.equal(sizes, length), sizes > length - period), tf.equal(starts, 0)
+    )
+
+
 def _truncate_padding(window: types.Step) -> types.Step:
     """Cuts a window's padded tail off (TRUNCATE windows are shorter, not padded)."""
     size = tf.reduce_sum(tf.cast(window[types.MASK], tf.int32))
@@ -152,12 +163,12 @@ def _continue_windows(
     windows = stream.window(length, shift=period, drop_remainder=False)
     windows = windows.flat_map(lambda w: tf.data.Dataset.zip(w).batch(length))
 
-    def _is_kept(window: types.Step) -> tf.Tensor:
+    def _keep(index: tf.Tensor, window: types.Step) -> tf.Tensor:
         size = tf.shape(window[types.IS_FIRST])[0]
-        return tf.logical_or(tf.equal(size, length), size > length - period)
+        return _is_kept(index * period, size, length, period)
 
     def _pad(window: types.Step) -> types.Step:
         size = tf.shape(window[types.IS_FIRST])[0]
         return gather_window_steps(window, tf.range(length)[None, :], size, burn_in)
 
-    return windows.filter(_is_kept).map(_pad).unbatch()
+    return windows.enumerate().filter(_keep).map(lambda _, w: _pad(w)).unbatch()

@@ -15,7 +15,7 @@ from adders import _checks, _episode
 from rlds_reverb import types
 
 
-def stack_frames(k: int):
+def stack_frames(k: int, *, episodes_per_call: int = 1):
     """Returns a transform replacing each observation with the stack of the last k.
 
     Example:
@@ -23,27 +23,41 @@ def stack_frames(k: int):
 
     Args:
       k: The number of observations per stack, >= 1.
+      episodes_per_call: Episodes processed together in one TF call, >= 1 (a speed knob
+        for short episodes; the output is the same).
 
     Returns:
       A function from an RLDS (or episode-tensor) dataset to one of the same form.
 
     Raises:
-      ValueError: If `k` < 1, or (when applied) the steps hold no `observation`.
+      ValueError: If `k` < 1, `episodes_per_call` < 1, or (when applied) the steps hold no
+        `observation`.
     """
     k = _checks.check_int_at_least(k, 1, argument='k')
+    episodes_per_call = _checks.check_int_at_least(
+        episodes_per_call, 1, argument='episodes_per_call'
+    )
 
     def _transform(dataset: tf.data.Dataset) -> tf.data.Dataset:
         spec = _episode.get_step_spec(dataset, transform='stack_frames')
         _episode.require_fields(spec, (types.OBSERVATION,), transform='stack_frames')
-        return _episode.map_episodes(dataset, lambda steps: stack_observations(steps, k))
+        return _episode.map_episodes(
+            dataset,
+            lambda steps, bounds: compute_stacked_observations(steps, bounds, k),
+            episodes_per_call=episodes_per_call,
+        )
 
     return _transform
 
 
 def stack_observations(steps: types.Step, k: int) -> types.Step:
-    """Returns whole-episode `steps` with every observation leaf stacked to `[T, k, ...]`."""
-    t = tf.range(tf.shape(steps[types.IS_FIRST])[0])
-    # Row t gathers steps t-k+1 .. t, clipped at the episode start (o_0 repeated).
-    index = tf.maximum(t[:, None] + tf.range(1 - k, 1)[None, :], 0)
+    """Returns one whole episode's `steps` with each observation leaf stacked to `[T, k, ...]`."""
+    return compute_stacked_observations(steps, _episode.episode_bounds(steps), k)
+
+
+def compute_stacked_observations(steps: types.Step, bounds: _episode.Bounds, k: int) -> types.Step:
+    """Returns a flat stream of whole episodes with observations stacked to `[N, k, ...]`."""
+    # Row t gathers steps t-k+1 .. t, clipped at its episode's start (o_0 repeated).
+    index = tf.maximum(bounds.t[:, None] + tf.range(1 - k, 1)[None, :], bounds.first[:, None])
     stacked = tf.nest.map_structure(lambda o: tf.gather(o, index), steps[types.OBSERVATION])
     return {**steps, types.OBSERVATION: stacked}
