@@ -5,6 +5,7 @@ See `rlds_reverb.types` for what an RLDS dataset is here. Modules are named by c
 them.
 """
 
+from rlds_reverb import items, observers, tables
 from rlds_reverb.convert import convert_rlds_to_trajectories
 from rlds_reverb.errors import (
     InvalidEpisodeError,
@@ -14,13 +15,16 @@ from rlds_reverb.errors import (
     SpecMismatchError,
 )
 from rlds_reverb.loading import load
+from rlds_reverb.server import seed_server
 from rlds_reverb.specs import create_trajectory_data_spec, get_rlds_step_features
 from rlds_reverb.types import EndBehavior, ValidationMode
 from rlds_reverb.validation import ValidationReport, validate
 from rlds_reverb.version import __version__
+from rlds_reverb.writers import PushStats, push, push_rlds_to_reverb
 
 __all__ = [
     'EndBehavior',
+    'PushStats',
     'InvalidEpisodeError',
     'RldsReverbError',
     'SourceError',
@@ -32,6 +36,12 @@ __all__ = [
     'convert_rlds_to_trajectories',
     'create_trajectory_data_spec',
     'get_rlds_step_features',
+    'items',
     'load',
+    'observers',
+    'push',
+    'push_rlds_to_reverb',
+    'seed_server',
+    'tables',
     'validate',
 ]

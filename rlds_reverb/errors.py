@@ -69,3 +69,19 @@ class PushError(RldsReverbError, RuntimeError):
         self.episodes_written = episodes_written
         self.items_written = items_written
         super().__init__(message)
+
+
+class TableTooSmallError(TableError, PushError):
+    """A push would evict items from a table too small for them; nothing was evicted.
+
+    Both a `TableError` (a `ValueError`) and a `PushError` (it says how many episodes were
+    fully written before it).
+    """
+
+
+class EpisodeTooLongError(PushError, ValueError):
+    """An episode is longer than the item kind allows (for example `Episode(max_length)`)."""
+
+
+class EmptyTableError(ReverbTimeoutError):
+    """A Reverb table gave no sample within the timeout: it is empty or its rate limiter blocks."""

@@ -19,6 +19,9 @@ def test_notebook_executes(path, tmp_path, monkeypatch):
     monkeypatch.setenv('RLDS_REVERB_QUICK', '1')
     notebook = nbformat.read(path, as_version=4)
     client = nbclient.NotebookClient(
-        notebook, timeout=900, kernel_name='python3', resources={'metadata': {'path': str(tmp_path)}}
+        notebook,
+        timeout=900,
+        kernel_name='python3',
+        resources={'metadata': {'path': str(tmp_path)}},
     )
     client.execute(env=dict(os.environ))

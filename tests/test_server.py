@@ -1,0 +1,180 @@
+"""Seeding, checkpointing and restoring servers; the `serve` and `push` commands."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+
+import numpy as np
+import portpicker
+import pytest
+import reverb
+import tree
+
+from rlds_reverb import cli_reverb, errors, items, server
+from tests.cases import reverb_cases
+from tests.reverb_fixtures import *  # noqa: F403
+from tests.reverb_fixtures import make_case_episodes, read_items
+
+
+def _observations(client, table):
+    return [np.ravel(s.data.observation).tolist() for s in read_items(client, table)]
+
+
+def test_checkpoint_round_trip_restores_the_same_items(tmp_path):
+    first = server.seed_server(
+        make_case_episodes(), table='replay', preset='fifo', checkpoint_dir=tmp_path
+    )
+    assert (first.outcome, first.items) == (server.SeedOutcome.PUSHED, 5)
+    assert server.find_latest_checkpoint(tmp_path) is not None
+    first.server.stop()
+    second = server.seed_server(
+        make_case_episodes(), table='replay', preset='fifo', checkpoint_dir=tmp_path
+    )
+    try:
+        assert (second.outcome, second.items) == (server.SeedOutcome.RESTORED, 5)
+        client = reverb.Client(second.address)
+        restored = [
+            tree.map_structure(lambda x: np.asarray(x).tolist(), s.data)
+            for s in read_items(client, 'replay')
+        ]
+    finally:
+        second.server.stop()
+    expected = [list(map(float, case['observation'])) for case in reverb_cases.TWO_STEP_ITEMS]
+    assert [np.ravel(r.observation).tolist() for r in restored] == expected
+    assert [r.step_type for r in restored] == [
+        list(c['step_type']) for c in reverb_cases.TWO_STEP_ITEMS
+    ]
+
+
+def test_restoring_under_another_table_name_raises(tmp_path):
+    first = server.seed_server(make_case_episodes(), table='replay', checkpoint_dir=tmp_path)
+    first.server.stop()
+    with pytest.raises(errors.TableError, match="Could not restore .* table 'other'"):
+        server.seed_server(make_case_episodes(), table='other', checkpoint_dir=tmp_path)
+
+
+def test_seed_prioritized_with_n_step_priorities():
+    result = server.seed_server(
+        make_case_episodes(),
+        preset='prioritized',
+        item=items.NStep(**reverb_cases.N_STEP),
+        priority=lambda batch: abs(batch['n_step_return']) + 1.0,
+    )
+    try:
+        info = reverb.Client(result.address).server_info()['replay']
+        assert info.current_size == result.items == 5
+    finally:
+        result.server.stop()
+
+
+def test_unknown_preset_raises():
+    with pytest.raises(ValueError, match="table_preset='lifo' is not valid"):
+        server.make_table('lifo', 't', signature=None, max_size=10)
+
+
+def _start(args, log_path):
+    """Starts `serve`; its stderr (Reverb's logs) goes to a file so no pipe fills up."""
+    env = {**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '3'}
+    with open(log_path, 'a') as log:
+        return subprocess.Popen(
+            [sys.executable, '-m', 'rlds_reverb.cli_reverb', *args],
+            stdout=subprocess.PIPE,
+            stderr=log,
+            text=True,
+            env=env,
+        )
+
+
+def _read_until_serving(process) -> list[str]:
+    lines = []
+    for line in process.stdout:
+        lines.append(line.strip())
+        if line.startswith('Serving on'):
+            return lines
+    raise AssertionError(f'serve exited early: {lines}')
+
+
+def _stop(process) -> str:
+    process.send_signal(signal.SIGTERM)
+    out, _ = process.communicate(timeout=60)
+    assert process.returncode == 0
+    return out
+
+
+def _run(args) -> subprocess.CompletedProcess:
+    env = {**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '3'}
+    command = [sys.executable, '-m', 'rlds_reverb.cli_reverb', *args]
+    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
+
+
+def test_cli_serve_push_and_restore(cartpole_dir, tmp_path):
+    port = portpicker.pick_unused_port()
+    serve_args = [
+        'serve',
+        str(cartpole_dir),
+        '--port',
+        str(port),
+        '--table-preset',
+        'prioritized',
+        '--item',
+        'two-step',
+        '--max-size',
+        '100000',
+        '--checkpoint-dir',
+        str(tmp_path / 'checkpoints'),
+    ]
+    serving = _start(serve_args, tmp_path / 'serve.log')
+    try:
+        lines = _read_until_serving(serving)
+        assert lines[-2].startswith('Pushed ') and 'checkpoint written to' in lines[-2]
+        seeded = int(lines[-2].split()[1])
+        pushed = _run(
+            [
+                'push',
+                str(cartpole_dir),
+                '--server',
+                f'localhost:{port}',
+                '--table',
+                'replay',
+                '--workers',
+                '2',
+            ]
+        )
+        assert pushed.returncode == 0, pushed.stderr
+        assert f'Pushed {seeded} items' in pushed.stdout
+        assert 'steps' in pushed.stderr  # The tqdm bar.
+        size = reverb.Client(f'localhost:{port}').server_info()['replay'].current_size
+        assert size == 2 * seeded
+    finally:
+        assert 'Stopped.' in _stop(serving)
+    restarted = _start(serve_args, tmp_path / 'serve.log')
+    try:
+        lines = _read_until_serving(restarted)
+        assert lines[-2].startswith(f"Restored table 'replay' ({seeded} items)")
+    finally:
+        _stop(restarted)
+
+
+def test_cli_push_errors_are_one_clear_line(cartpole_dir, reverb_server, capsys):
+    address = f'localhost:{reverb_server.port}'
+    code = cli_reverb.main(['push', str(cartpole_dir), '--server', address, '--table', 'x'])
+    err = capsys.readouterr().err
+    assert code == cli_reverb.EXIT_ERROR
+    assert "rlds-reverb push: error: Could not find table 'x'" in err
+    assert 'Traceback' not in err
+
+
+def test_cli_push_debug_shows_the_exception(cartpole_dir):
+    with pytest.raises(errors.ReverbConnectionError, match='localhost:1'):
+        cli_reverb.main(
+            ['push', str(cartpole_dir), '--server', 'localhost:1', '--timeout-ms', '500', '--debug']
+        )
+
+
+def test_cli_push_rejects_bad_workers(cartpole_dir, capsys):
+    code = cli_reverb.main(['push', str(cartpole_dir), '--server', 'localhost:1', '--workers', '0'])
+    assert code == cli_reverb.EXIT_ERROR
+    assert '--workers=0 is not valid' in capsys.readouterr().err
