@@ -1,0 +1,171 @@
+"""The offline learner: CQL-DQN agent, n-step items to transitions, training from Reverb."""
+
+from __future__ import annotations
+
+import argparse
+
+import numpy as np
+import pytest
+import reverb
+import tensorflow as tf
+from tf_agents.replay_buffers import reverb_replay_buffer
+from tf_agents.specs import tensor_spec
+from tf_agents.trajectories import time_step as ts
+
+from rlds_reverb import demo, items, learner, loading, tables, types, writers
+from rlds_reverb.datasets import cartpole
+
+OBSERVATION_SPEC = tf.TensorSpec([4], tf.float32, name='observation')
+ACTION_SPEC = tensor_spec.BoundedTensorSpec([], tf.int64, 0, 1, name='action')
+
+
+@pytest.fixture(scope='module')
+def episodes(tmp_path_factory):
+    path = cartpole.generate(tmp_path_factory.mktemp('data'), num_episodes=12, seed=3)
+    return loading.load(path)
+
+
+def _n_step_items(batch_size: int = 3) -> dict:
+    return {
+        types.OBSERVATION: tf.reshape(tf.range(batch_size * 4, dtype=tf.float32), [-1, 4]),
+        types.ACTION: tf.constant([0, 1, 1][:batch_size], tf.int64),
+        types.N_STEP_RETURN: tf.constant([1.0, 1.99, 0.5][:batch_size]),
+        types.N_STEP_DISCOUNT: tf.constant([0.99, 0.0, 1.0][:batch_size]),
+        types.NEXT_OBSERVATION: -tf.reshape(tf.range(batch_size * 4, dtype=tf.float32), [-1, 4]),
+        types.N_STEP_LENGTH: tf.constant([2, 1, 1][:batch_size], tf.int32),
+    }
+
+
+def test_items_become_transitions_with_the_n_step_target():
+    batch = _n_step_items()
+    transition = learner.items_to_transitions(batch)
+    np.testing.assert_array_equal(transition.time_step.observation, batch[types.OBSERVATION])
+    np.testing.assert_array_equal(transition.time_step.step_type, [ts.StepType.MID] * 3)
+    np.testing.assert_array_equal(transition.action_step.action, batch[types.ACTION])
+    nxt = transition.next_time_step
+    np.testing.assert_array_equal(nxt.observation, batch[types.NEXT_OBSERVATION])
+    np.testing.assert_array_equal(nxt.reward, batch[types.N_STEP_RETURN])
+    np.testing.assert_array_equal(nxt.discount, batch[types.N_STEP_DISCOUNT])
+
+
+def test_cql_penalty_equals_numpy():
+    config = learner.LearnerConfig(fc_layer_params=(8,))
+    agent = learner.build_agent(config, observation_spec=OBSERVATION_SPEC, action_spec=ACTION_SPEC)
+    experience = learner.items_to_transitions(_n_step_items())
+    weights = tf.constant([1.0, 0.5, 0.25])
+    penalty = agent.compute_cql_penalty(experience, weights=weights)
+    q_values = agent._q_network(experience.time_step.observation)[0].numpy().astype(np.float64)
+    taken = q_values[np.arange(3), [0, 1, 1]]
+    gap = np.log(np.exp(q_values).sum(axis=1)) - taken
+    np.testing.assert_allclose(penalty.numpy(), np.mean(gap * weights.numpy()), rtol=1e-5)
+
+
+def test_cql_loss_adds_the_penalty_to_the_td_loss():
+    config = learner.LearnerConfig(fc_layer_params=(8,), cql_alpha=2.0)
+    agent = learner.build_agent(config, observation_spec=OBSERVATION_SPEC, action_spec=ACTION_SPEC)
+    experience = learner.items_to_transitions(_n_step_items())
+    with_penalty = agent._loss(experience, gamma=0.99)
+    agent._cql_alpha = 0.0
+    without = agent._loss(experience, gamma=0.99)
+    penalty = agent.compute_cql_penalty(experience)
+    np.testing.assert_allclose(with_penalty.loss, without.loss + 2.0 * penalty, rtol=1e-5)
+
+
+def test_negative_cql_alpha_is_refused():
+    with pytest.raises(ValueError, match='cql_alpha=-1.0 must be >= 0'):
+        learner.build_agent(
+            learner.LearnerConfig(cql_alpha=-1.0),
+            observation_spec=OBSERVATION_SPEC,
+            action_spec=ACTION_SPEC,
+        )
+
+
+def test_evaluation_needs_an_episode():
+    agent = learner.build_agent(
+        learner.LearnerConfig(), observation_spec=OBSERVATION_SPEC, action_spec=ACTION_SPEC
+    )
+    assert 0 < learner.evaluate_policy(agent.policy, num_episodes=1) <= 500
+    with pytest.raises(ValueError, match='num_episodes=0 must be >= 1'):
+        learner.evaluate_policy(agent.policy, num_episodes=0)
+
+
+def test_quick_training_from_reverb_lowers_the_loss(episodes, tmp_path):
+    config = learner.LearnerConfig(
+        num_iterations=300, batch_size=64, eval_interval=0, learning_rate=1e-3
+    )
+    server, client, signature, num_items = demo.seed_table(episodes, config, num_steps=10_000)
+    try:
+        agent = learner.build_agent(
+            config, observation_spec=signature[types.OBSERVATION], action_spec=ACTION_SPEC
+        )
+        dataset = demo.make_learner_dataset(client, signature, agent, config)
+        history = learner.train(agent, dataset, config, progress=False)
+    finally:
+        server.stop()
+    losses = np.asarray(history.losses)
+    assert len(losses) == 300 and np.all(np.isfinite(losses))
+    assert losses[-50:].mean() < 0.7 * losses[:50].mean()
+    assert int(agent.train_step_counter.numpy()) == 300
+    # Priorities came back from the TD errors: they differ from the initial 1.0.
+    priorities = np.fromiter(history.last_priorities.values(), float)
+    assert 0 < priorities.size <= num_items and priorities.std() > 0
+    plot = learner.plot_training(history, behaviour_return=100.0, path=tmp_path / 'p.png')
+    assert plot.stat().st_size > 10_000
+
+
+def test_two_step_tables_feed_tf_agents_and_our_learner(episodes):
+    """Interop: a table seeded by `writers.push` is read by TF-Agents' ReverbReplayBuffer."""
+    spec = tables.signature_for(items.TwoStep(), episodes)
+    server = reverb.Server([tables.uniform('two_step', max_size=10_000, signature=spec)])
+    try:
+        writers.push(episodes, f'localhost:{server.port}', 'two_step', item=items.TwoStep())
+        data_spec = tf.nest.map_structure(lambda s: tf.TensorSpec(s.shape[1:], s.dtype), spec)
+        buffer = reverb_replay_buffer.ReverbReplayBuffer(
+            data_spec, 'two_step', sequence_length=2, local_server=server
+        )
+        ours = learner_dataset_two_step(server, data_spec)
+        theirs, _ = next(iter(buffer.as_dataset(sample_batch_size=8, num_steps=2)))
+        mine = next(iter(ours.as_dataset())).experience
+        for experience in (theirs, mine):
+            assert experience.observation.shape == (8, 2, 4)
+            # Each item is two consecutive steps of one episode.
+            np.testing.assert_array_equal(experience.step_type[:, 1] != ts.StepType.FIRST, True)
+        agent = learner.build_agent(
+            learner.LearnerConfig(fc_layer_params=(8,)),
+            observation_spec=data_spec.observation,
+            action_spec=ACTION_SPEC,
+        )
+        for experience in (theirs, mine):
+            assert np.isfinite(agent.train(experience).loss.numpy())
+    finally:
+        server.stop()
+
+
+def learner_dataset_two_step(server, data_spec):
+    from rlds_reverb import sampling
+
+    return sampling.LearnerDataset(
+        f'localhost:{server.port}', 'two_step', data_spec=data_spec, batch_size=8, beta=0.5
+    )
+
+
+def test_demo_parser_reads_the_options():
+    parser = argparse.ArgumentParser()
+    demo.add_demo_parser(parser.add_subparsers(dest='command'))
+    args = parser.parse_args(['demo', '--quick', '--seed', '3', '--output-dir', 'out'])
+    assert (args.quick, args.seed, args.output_dir, args.data_dir) == (True, 3, 'out', None)
+    assert args.handler is not None
+
+
+def test_demo_refuses_an_invalid_dataset(tmp_path, monkeypatch):
+    from rlds_reverb.datasets import tfds_writer
+    from rlds_reverb.errors import InvalidEpisodeError
+
+    bad = list(cartpole.simulate_episodes(num_episodes=2, seed=0))
+    bad[1][types.STEPS][types.IS_FIRST][:] = False  # No first step.
+    path = tfds_writer.write_rlds_dataset(
+        tmp_path / 'bad' / '1.0.0', bad, features=cartpole.make_features(), name='bad'
+    )
+    monkeypatch.setattr(cartpole, 'ensure_default_dataset', lambda data_dir=None: path)
+    with pytest.raises(InvalidEpisodeError, match='Episode 1 is invalid'):
+        demo.run_demo(quick=True, output_dir=tmp_path / 'out', verbose=False)
