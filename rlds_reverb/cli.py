@@ -20,10 +20,10 @@ EXIT_INVALID_DATA = 1
 EXIT_ERROR = 2
 
 
-def _load(source: str, split: str) -> tf.data.Dataset:
+def _load(source: str, split: str, *, check_files: bool | str = True) -> tf.data.Dataset:
     from rlds_reverb import loading  # Imported late: TFDS is slow to import.
 
-    return loading.load(source, split=split)
+    return loading.load(source, split=split, check_files=check_files)
 
 
 def _run_info(args: argparse.Namespace) -> int:
@@ -37,7 +37,8 @@ def _run_info(args: argparse.Namespace) -> int:
 def _run_validate(args: argparse.Namespace) -> int:
     from rlds_reverb import validation
 
-    episodes = _load(args.source, args.split)
+    # A full file check names the shard, record and field of an episode that does not decode.
+    episodes = _load(args.source, args.split, check_files='full')
     report = validation.validate(episodes, mode=args.mode)
     print(report.format())
     return EXIT_OK if report.ok else EXIT_INVALID_DATA

@@ -8,6 +8,10 @@
 SOURCE and writes one; it says which, then serves until SIGINT/SIGTERM. `push` writes into
 a running server with a progress bar; `--workers N` shards the dataset across N processes
 writing to the same server (TFDS split slicing, `Dataset.shard` for other sources).
+`push --checkpoint-every N` checkpoints the server after every N episodes, and
+`push --resume` starts at the first episode the table lacks (`rlds_reverb.resume`), so a
+push cut off by a server crash continues, after a restart from the latest checkpoint,
+without duplicating or losing an episode.
 
 Also runnable as `python -m rlds_reverb.cli_reverb {serve,push} ...`.
 """
@@ -191,17 +195,67 @@ def _run_workers(args: argparse.Namespace, bar: _ProgressBar) -> tuple[list, lis
     return results, failures
 
 
-def _push(args: argparse.Namespace) -> int:
-    from rlds_reverb import items, writers
+def _push_resumable(args: argparse.Namespace, progress) -> object:
+    """Pushes from the first episode the table lacks (`--resume`), checkpointing as asked."""
+    from rlds_reverb import resume, writers
+
+    episodes, item = _load(args.source, args.split), _make_item(args)
+    start = 0
+    if args.resume:
+        counts = resume.count_items_per_episode(episodes, item)
+        client = writers.connect(args.server)
+        inserted = resume.count_inserted(
+            client, args.table, timeout_s=max(1, args.timeout_ms // 1000)
+        )
+        start = resume.find_resume_episode(inserted, counts)
+        print(
+            f'Table {args.table!r} holds {inserted} items: episodes 0..{start - 1} of the '
+            f'dataset; resuming at episode {start} of {len(counts)}.',
+            flush=True,
+        )
+    return resume.push_resumable(
+        episodes,
+        args.server,
+        args.table,
+        item=item,
+        checkpoint_every=args.checkpoint_every,
+        start_episode=start,
+        on_invalid=args.on_invalid,
+        timeout_ms=args.timeout_ms,
+        allow_eviction=args.allow_eviction,
+        progress=progress,
+    )
+
+
+def _check_push_options(args: argparse.Namespace, item) -> None:
+    """Raises ValueError for option combinations `push` cannot honour."""
+    from rlds_reverb import items
 
     if args.workers < 1:
         raise ValueError(f'--workers={args.workers} is not valid; expected an integer >= 1.')
-    item = _make_item(args)
     if args.workers > 1 and isinstance(item, items.Sequence) and item.crosses_episodes:
         raise ValueError('--end continue windows cross episodes; use --workers 1 with it.')
+    resumable = args.resume or args.checkpoint_every is not None
+    if resumable and args.workers > 1:
+        raise ValueError(
+            '--resume and --checkpoint-every need one writer (episodes in order); '
+            'use --workers 1 with them.'
+        )
+    if args.checkpoint_every is not None and args.checkpoint_every < 1:
+        raise ValueError(
+            f'--checkpoint-every={args.checkpoint_every} is not valid; expected an integer >= 1.'
+        )
+
+
+def _push(args: argparse.Namespace) -> int:
+    from rlds_reverb import writers
+
+    _check_push_options(args, _make_item(args))
     bar = _ProgressBar(disable=args.no_progress)
     try:
-        if args.workers == 1:
+        if args.resume or args.checkpoint_every is not None:
+            results, failures = [_push_resumable(args, bar.update)], []
+        elif args.workers == 1:
             results, failures = [_push_shard(args, None, bar.update)], []
         else:
             results, failures = _run_workers(args, bar)
@@ -267,6 +321,17 @@ def add_push_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument('--timeout-ms', type=int, default=60_000)
     parser.add_argument('--allow-eviction', action='store_true')
     parser.add_argument('--no-progress', action='store_true', help='hide the progress bar')
+    parser.add_argument(
+        '--resume',
+        action='store_true',
+        help='start at the first episode the table lacks (from its insert count)',
+    )
+    parser.add_argument(
+        '--checkpoint-every',
+        type=int,
+        default=None,
+        help='checkpoint the server after every N episodes (so a restart can --resume)',
+    )
     parser.set_defaults(handler=lambda args: _run_guarded(_push, args), command='push')
     return parser
 

@@ -134,6 +134,9 @@ def convert_episodes_to_trajectories(
     """
     step_spec = specs.get_step_spec(rlds_data)
     episode_tensors = episodes_lib.to_episode_tensors(rlds_data)
+    if types.as_enum(types.ValidationMode, mode, argument='mode') is types.ValidationMode.SKIP:
+        # An episode that cannot be decoded is invalid too: drop it whole, with a warning.
+        episode_tensors = episode_tensors.ignore_errors(log_warning=True)
     checked = validation.check_episodes(episode_tensors, step_spec, mode=mode)
     return checked.map(
         lambda steps: episode_to_trajectory(steps, policy_info_fn=policy_info_fn),

@@ -16,11 +16,14 @@ _WHOLE_EPISODE = 2**31 - 1
 
 
 def _empty_batch(step_spec: types.SpecNest) -> types.Nest:
-    """Returns a zero-length batch of steps matching `step_spec` (unknown dims become 0)."""
+    """Returns a zero-length batch of steps matching `step_spec` (unknown dims become 0).
+
+    A field of unknown rank gets a `[0]` tensor, which its spec accepts.
+    """
 
     def _zeros(spec: tf.TensorSpec) -> tf.Tensor:
-        if spec.shape.rank is None:
-            raise ValueError(f'Step field spec {spec} has unknown rank; every field needs a rank.')
+        if spec.shape.rank is None:  # Any rank fits; validation compares per-step shapes.
+            return tf.zeros([0], dtype=spec.dtype)
         dims = [0] + [d if d is not None else 0 for d in spec.shape.as_list()]
         return tf.zeros(dims, dtype=spec.dtype)
 

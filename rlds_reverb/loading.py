@@ -19,11 +19,14 @@ TFRecord shards, that their total size is what the split's records need; on a mi
 scans the shards and names the truncated or corrupt file. A shard corrupted without a size
 change (flipped bytes) only shows when read: TF raises `tf.errors.DataLossError`
 ("corrupted record at ...") while iterating, which does not name the file; run
-`load(..., check_files='full')` to scan every shard up front and name it.
+`load(..., check_files='full')` to scan every shard up front and name it. The full check
+also decodes every record and names the shard, record and field of an episode whose step
+fields do not parse (wrong dtype or size) or lack a field the others have.
 """
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import pathlib
@@ -33,6 +36,8 @@ from typing import Any, Literal
 
 import tensorflow as tf
 import tensorflow_datasets as tfds
+import tree
+from tensorflow_datasets.core import example_parser
 
 from rlds_reverb import types
 from rlds_reverb.errors import SourceError, SourceNotFoundError, SpecMismatchError
@@ -71,7 +76,9 @@ def load(
       shuffle_files: Whether TFDS shuffles the order of the shards.
       read_config: TFDS read options (interleave, seeds...), passed to `as_dataset`.
       check_files: `True` checks that the split's shards exist with the right total size
-        (cheap); `'full'` also reads every shard once; `False` checks nothing.
+        (cheap); `'full'` also reads every shard once and decodes every record, naming a
+        record whose step fields do not parse or differ in step count (a field missing
+        from one episode); `False` checks nothing.
 
     Returns:
       An RLDS dataset: episodes holding a `steps` dataset with every required field.
@@ -278,6 +285,55 @@ def _check_shards(builder: tfds.core.DatasetBuilder, split: str, *, where: str, 
     expected = info.num_bytes + _TFRECORD_OVERHEAD * sum(info.shard_lengths)
     if full or (info.num_bytes and sum(p.stat().st_size for p in paths) != expected):
         _scan_shards(paths, info.shard_lengths, where=where, split=split)
+    if full:
+        parser = example_parser.ExampleParser(builder.info.features.get_serialized_info())
+        for path in paths:
+            _check_records(path, parser, where=where, split=split)
+
+
+def _check_records(
+    path: pathlib.Path, parser: example_parser.ExampleParser, *, where: str, split: str
+) -> None:
+    """Raises `SourceError` naming the first record of a shard that does not decode whole.
+
+    A record decodes whole when every step field parses with its feature's dtype and shape
+    and all step fields have the same number of steps (a field missing from one episode
+    parses as zero steps).
+    """
+
+    def _step_counts(record: tf.Tensor) -> dict:
+        steps = parser.parse_example(record).get(types.STEPS, {})
+        return {name: tf.shape(t)[0] for name, t in tree.flatten_with_path(steps)}
+
+    iterator = tf.data.TFRecordDataset(os.fspath(path)).map(_step_counts).as_numpy_iterator()
+    for index in itertools.count():
+        try:
+            counts = next(iterator)
+        except StopIteration:
+            return
+        except tf.errors.OpError as e:
+            reason = e.message.strip().splitlines()[0].split('}}')[-1].strip()
+            problem = f'it does not parse ({reason})'
+        else:
+            problem = _describe_uneven_counts(counts)
+        if problem:
+            raise SourceError(
+                f'{where}: record {index} of shard {path} (split {split!r}) is not a valid '
+                f'episode: {problem}. Regenerate the dataset or drop the record.'
+            )
+
+
+def _describe_uneven_counts(counts: dict) -> str | None:
+    """Returns which step fields have a step count different from the most common one."""
+    values = list(counts.values())
+    expected = max(set(values), key=values.count)
+    odd = [
+        f"field '{'.'.join(map(str, name))}' "
+        + ('is missing' if count == 0 else f'has {count} steps')
+        for name, count in counts.items()
+        if count != expected
+    ]
+    return f'{"; ".join(odd)} (the other step fields have {expected} steps)' if odd else None
 
 
 def _scan_shards(

@@ -14,6 +14,10 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
+import re
+from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -25,6 +29,8 @@ from rlds_reverb.errors import InvalidEpisodeError, SpecMismatchError
 
 # How many step indices a problem lists before it says "and N more".
 _SHOWN_STEPS = 5
+# How TF's example parser names the field it failed on.
+_PARSER_KEY = re.compile(r'Key: (?:steps/)?([\w/]+)')
 
 
 class Rule(enum.Enum):
@@ -50,6 +56,11 @@ class Rule(enum.Enum):
     CONSISTENT_SHAPE = (
         'consistent_shape',
         'every episode must have the same per-step shape as the first one; reshape or drop it',
+    )
+    READABLE = (
+        'readable',
+        'the episode could not be decoded (for a TFDS directory, `rlds-reverb validate` or '
+        "rlds_reverb.load(..., check_files='full') names its shard, record and field)",
     )
 
     def __init__(self, rule_id: str, hint: str):
@@ -211,8 +222,16 @@ def _step_shapes(steps: types.Nest) -> list[tf.Tensor]:
     return [tf.shape(x, out_type=tf.int32)[1:] for x in tree.flatten(steps)]
 
 
-def _summarize_episode(steps: types.Nest) -> dict[str, tf.Tensor]:
-    """Computes everything validation needs from one episode, as small tensors."""
+def summarize_episode(steps: types.Nest) -> dict[str, tf.Tensor]:
+    """Computes everything validation needs from one episode, as small tensors.
+
+    Args:
+      steps: One episode's steps as whole `[T, ...]` tensors (graph-friendly).
+
+    Returns:
+      `length`, the `[num_checks, T]` problem `masks`, whether the episode is `terminal`,
+      and the per-step `shapes` of every leaf: what `EpisodeChecker.find_problems` reads.
+    """
     length = episodes_lib.episode_length(steps)
     return {
         'length': length,
@@ -263,6 +282,79 @@ def _leaf_names(step_spec: dict) -> list[str]:
     return ['.'.join(map(str, path)) for path, _ in tree.flatten_with_path(step_spec)]
 
 
+def read_episodes(per_episode: tf.data.Dataset) -> Iterator[tuple[int, Any]]:
+    """Yields (episode index, element), or the decoding error of an unreadable episode.
+
+    A record that fails to decode (`InvalidArgumentError` from the parser or from slicing
+    steps of uneven lengths) is one episode's problem and reading goes on; other read
+    errors (corrupt files) end the walk.
+
+    Args:
+      per_episode: A dataset with one element per episode (for example summaries).
+    """
+    iterator = per_episode.as_numpy_iterator()
+    for index in itertools.count():
+        try:
+            yield index, next(iterator)
+        except StopIteration:
+            return
+        except tf.errors.InvalidArgumentError as e:
+            yield index, e
+
+
+def _unreadable_problem(episode_index: int, error: tf.errors.OpError) -> Problem:
+    """Returns the problem of an episode that could not be decoded, naming TF's reason."""
+    message = error.message.strip().splitlines()[0].split('}}')[-1].strip()
+    key = _PARSER_KEY.search(message)
+    field = key.group(1).replace('/', '.') if key else types.STEPS
+    hint = f'{Rule.READABLE.hint} (TF: {message})'
+    return Problem(episode_index, 0, field, Rule.READABLE, hint, (0,))
+
+
+class EpisodeChecker:
+    """Finds the problems of each episode of one dataset, in order, from its summary.
+
+    The consistent-shape rule compares every non-empty episode with the first non-empty
+    one, so episodes must be checked in dataset order, each once.
+
+    Args:
+      step_spec: The dataset's step spec.
+
+    Raises:
+      SpecMismatchError: If flags are not bool, or rewards/discounts not numeric.
+
+    Example:
+      >>> checker = EpisodeChecker(specs.get_step_spec(episodes))
+      >>> problems = checker.find_problems(0, summary)
+    """
+
+    def __init__(self, step_spec: dict):
+        check_step_spec(step_spec)
+        self.checks = list_checks(step_spec)
+        self._names = _leaf_names(step_spec)
+        self._reference = None
+
+    def find_problems(self, episode_index: int, summary: dict | Exception) -> list[Problem]:
+        """Returns the episode's problems (empty when it is valid).
+
+        Args:
+          episode_index: The episode's index in the dataset.
+          summary: The numpy `summarize_episode` of the episode, or the error raised while
+            reading it (see `read_episodes`).
+        """
+        if isinstance(summary, Exception):
+            return [_unreadable_problem(episode_index, summary)]
+        length = int(summary['length'])
+        problems = find_episode_problems(episode_index, length, summary['masks'], self.checks)
+        if length and self._reference is None:
+            self._reference = summary['shapes']
+        elif length:
+            problems += _find_shape_problems(
+                episode_index, summary['shapes'], self._reference, self._names
+            )
+        return problems
+
+
 def validate(
     episodes: tf.data.Dataset, *, mode: types.ValidationMode | str = types.ValidationMode.RAISE
 ) -> ValidationReport:
@@ -293,22 +385,13 @@ def validate(
       >>> print(report.format())
     """
     mode = types.as_enum(types.ValidationMode, mode, argument='mode')
-    step_spec = specs.get_step_spec(episodes)
-    check_step_spec(step_spec)
-    checks = list_checks(step_spec)
-    names = _leaf_names(step_spec)
+    checker = EpisodeChecker(specs.get_step_spec(episodes))
     summaries = episodes_lib.to_episode_tensors(episodes).map(
-        _summarize_episode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        summarize_episode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
     )
     report = ValidationReport()
-    reference = None
-    for index, summary in enumerate(summaries.as_numpy_iterator()):
-        length = int(summary['length'])
-        problems = find_episode_problems(index, length, summary['masks'], checks)
-        if length and reference is None:
-            reference = summary['shapes']
-        elif length:
-            problems += _find_shape_problems(index, summary['shapes'], reference, names)
+    for index, summary in read_episodes(summaries):
+        problems = checker.find_problems(index, summary)
         if problems:
             if mode is types.ValidationMode.RAISE:
                 raise InvalidEpisodeError(index, problems)
@@ -317,7 +400,7 @@ def validate(
             report.invalid_episodes.append(index)
             continue
         report.valid += 1
-        report.steps += length
+        report.steps += int(summary['length'])
         report.terminated += int(summary['terminal'])
         report.truncated += int(not summary['terminal'])
     return report
@@ -340,7 +423,9 @@ def _format_problems_in_graph(
     index_text = tf.strings.as_string(episode_index)
     parts = []
     for row, check in enumerate(checks):
-        first_bad = tf.strings.as_string(tf.argmax(tf.cast(masks[row], tf.int32)))
+        # The padding 0 keeps argmax defined for an empty episode (its rows are empty).
+        padded = tf.concat([tf.cast(masks[row], tf.int32), [0]], axis=0)
+        first_bad = tf.strings.as_string(tf.argmax(padded))
         text = tf.strings.join(
             [
                 'episode ',
@@ -370,6 +455,16 @@ def _format_problems_in_graph(
     )
 
 
+def _shape_differs(shape: tf.Tensor, reference: np.ndarray) -> tf.Tensor:
+    """Returns whether a per-step shape differs from the reference, ranks included."""
+    same_rank = tf.equal(tf.size(shape), reference.size)
+    return tf.cond(
+        same_rank,
+        lambda: tf.reduce_any(tf.not_equal(shape, reference)),
+        lambda: tf.constant(True),
+    )
+
+
 def _compute_episode_ok(
     steps: types.Nest, checks: list[_Check], reference: tuple[list, list[str]] | None
 ) -> tuple[tf.Tensor, tf.Tensor, list[tuple[tf.Tensor, str]]]:
@@ -386,7 +481,7 @@ def _compute_episode_ok(
         for shape, ref, name in zip(_step_shapes(steps), shapes, names, strict=True):
             episode_checks.append(
                 (
-                    tf.reduce_any(tf.not_equal(shape, ref)),
+                    _shape_differs(shape, ref),
                     f'field {name}, rule {Rule.CONSISTENT_SHAPE.rule_id}: '
                     f'{Rule.CONSISTENT_SHAPE.hint} (expected per-step shape {list(ref)})',
                 )

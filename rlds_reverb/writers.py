@@ -127,8 +127,9 @@ def make_episode_plans(
       policy_info_fn: Optional policy info function (two-step items).
 
     Returns:
-      A dataset of dicts with `length`, `masks`, `rows`, `starts`, `sizes` and, for a
-      priority function, `priorities`.
+      A dataset of dicts with the episode's validation summary (`length`, `masks`,
+      `terminal`, `shapes`), its `rows`, item `starts` and `sizes` and, for a priority
+      function, `priorities`.
     """
     prepared = item.prepare_episodes(episodes)
 
@@ -136,8 +137,7 @@ def make_episode_plans(
         rows = item.compute_rows(steps, policy_info_fn=policy_info_fn)
         starts, sizes = item.compute_windows(steps)
         plan = {
-            'length': episodes_lib.episode_length(steps),
-            'masks': validation.compute_problem_masks(steps),
+            **validation.summarize_episode(steps),
             'rows': rows,
             'starts': tf.cast(starts, tf.int32),
             'sizes': tf.cast(sizes, tf.int32),
@@ -340,7 +340,7 @@ class _Pusher:
     """The per-episode loop of a push: validate, check room, write, count."""
 
     engine: object
-    checks: list
+    checker: validation.EpisodeChecker
     table_names: list[str]
     mode: types.ValidationMode
     free_slots: int
@@ -360,11 +360,13 @@ class _Pusher:
             items_written=items,
         )
 
-    def _check_episode(self, index: int, plan: dict, item) -> bool:
-        """Returns whether to write the episode; raises for invalid data in raise mode."""
-        length = int(plan['length'])
-        if length == 0 or plan['masks'].any():
-            problems = validation.find_episode_problems(index, length, plan['masks'], self.checks)
+    def _check_episode(self, index: int, plan: dict | Exception, item) -> bool:
+        """Returns whether to write the episode; raises for invalid data in raise mode.
+
+        `plan` is the error raised while reading the episode when it could not be decoded.
+        """
+        problems = self.checker.find_problems(index, plan)
+        if problems:
             if self.mode is types.ValidationMode.SKIP:
                 self.stats.skipped_episodes += 1
                 return False
@@ -372,7 +374,7 @@ class _Pusher:
             error.add_note(f'{self.stats.episodes} episode(s) before it were fully written.')
             error.episodes_written = self.stats.episodes
             raise error
-        reason = item.describe_length_problem(length)
+        reason = item.describe_length_problem(int(plan['length']))
         if reason:
             raise EpisodeTooLongError(
                 f'Episode {index}: {reason}. {self.stats.episodes} episode(s) were fully '
@@ -401,7 +403,7 @@ class _Pusher:
 
     def run(self, plans: tf.data.Dataset, item) -> None:
         index = -1
-        for index, plan in enumerate(plans.as_numpy_iterator()):
+        for index, plan in validation.read_episodes(plans):
             if not self._check_episode(index, plan, item):
                 continue
             self._check_room(index, len(plan['starts']))
@@ -476,7 +478,7 @@ def push(
     if mode is types.ValidationMode.REPORT:
         raise ValueError("on_invalid='report' writes nothing; call rlds_reverb.validate().")
     step_spec = specs.get_step_spec(episodes)
-    validation.check_step_spec(step_spec)
+    validation.check_step_spec(step_spec)  # Before the server is contacted.
     table_names = [table] if isinstance(table, str) else list(table)
     client = connect(server)
     item_spec = item.compute_item_spec(episodes, policy_info_fn=policy_info_fn)
@@ -499,7 +501,7 @@ def push(
     stats = PushStats(items=dict.fromkeys(table_names, 0))
     pusher = _Pusher(
         engine=engine,
-        checks=validation.list_checks(step_spec),
+        checker=validation.EpisodeChecker(step_spec),
         table_names=table_names,
         mode=mode,
         free_slots=free_slots,

@@ -178,3 +178,16 @@ def test_cli_push_rejects_bad_workers(cartpole_dir, capsys):
     code = cli_reverb.main(['push', str(cartpole_dir), '--server', 'localhost:1', '--workers', '0'])
     assert code == cli_reverb.EXIT_ERROR
     assert '--workers=0 is not valid' in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(
+    ('options', 'message'),
+    [
+        (['--resume', '--workers', '2'], '--resume and --checkpoint-every need one writer'),
+        (['--checkpoint-every', '0'], '--checkpoint-every=0 is not valid'),
+    ],
+)
+def test_cli_push_rejects_bad_resume_options(cartpole_dir, capsys, options, message):
+    argv = ['push', str(cartpole_dir), '--server', 'localhost:1', *options]
+    assert cli_reverb.main(argv) == cli_reverb.EXIT_ERROR
+    assert message in capsys.readouterr().err

@@ -1,0 +1,243 @@
+"""Resuming by episode index: pushes that continue exactly, and restores that serve again.
+
+A push writes episodes in order, and each valid episode gives a known number of items. The
+number of items a table has ever had inserted (its rate limiter's insert count, which a
+Reverb checkpoint saves and restores) therefore says how many whole episodes it holds:
+
+* `find_resume_episode` matches that count against the dataset's per-episode item counts
+  and returns the index of the first episode the table does not hold. A count that falls
+  inside an episode means that episode was partly written; `ResumeError` names it.
+* `push_resumable` pushes from that episode on, in chunks of `checkpoint_every` episodes,
+  and checkpoints the server after each chunk. A server restarted from its latest
+  checkpoint then holds whole episodes only, and the next `push_resumable` continues
+  without duplicating or losing one. It must be the table's only writer.
+* `reset_rate_limiters` rewrites a checkpoint so that the restored rate limiters start as
+  if its items had just been inserted and never sampled. Reverb restores a rate limiter's
+  config and counters from the checkpoint, whatever the server was built with, so a
+  `SampleToInsertRatio` table whose samples had caught up with its inserts would block
+  every sample of the restarted server (reverb issues 64 and 118).
+
+From the command line: `rlds-reverb push SOURCE --server H:P --checkpoint-every 100`, and
+after a crash and a restart from the latest checkpoint, the same with `--resume`.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+
+import numpy as np
+import reverb
+import tensorflow as tf
+from reverb.cc.checkpointing import checkpoint_pb2
+
+from rlds_reverb import episodes as episodes_lib
+from rlds_reverb import errors, items, specs, validation, writers
+
+_TABLES_FILE = 'tables.tfrecord'
+# Reverb's TFRecord checkpointer compresses its files.
+_COMPRESSION = 'ZLIB'
+_DONE_FILE = 'DONE'
+
+
+class ResumeError(errors.PushError):
+    """A table holds part of an episode, so no episode index resumes it exactly."""
+
+
+def count_items_per_episode(episodes: tf.data.Dataset, item: items.ItemKind) -> np.ndarray:
+    """Returns how many items a push writes for each episode (0 for an invalid one).
+
+    An episode is invalid here exactly when `writers.push` skips it: it breaks a rule of
+    `validation.EpisodeChecker`, or it cannot be decoded.
+
+    Raises:
+      ValueError: For items that cross episodes (they have no per-episode count).
+    """
+    if getattr(item, 'crosses_episodes', False):
+        raise ValueError(f'{item} items cross episodes; a push of them cannot resume by episode.')
+    tensors = episodes_lib.to_episode_tensors(item.prepare_episodes(episodes))
+
+    def _summarize(steps):
+        summary = validation.summarize_episode(steps)
+        summary['items'] = tf.size(item.compute_windows(steps)[0])
+        return summary
+
+    summaries = tensors.map(_summarize, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    checker = validation.EpisodeChecker(specs.get_step_spec(episodes))
+    counts = [
+        0 if checker.find_problems(index, summary) else int(summary['items'])
+        for index, summary in validation.read_episodes(summaries)
+    ]
+    return np.asarray(counts, dtype=np.int64)
+
+
+def count_inserted(client: reverb.Client, table: str, *, timeout_s: int = 10) -> int:
+    """Returns how many items `table` has ever had inserted (restored with a checkpoint)."""
+    info = client.server_info(timeout=timeout_s)[table]
+    return int(info.rate_limiter_info.insert_stats.completed)
+
+
+def find_resume_episode(inserted: int, counts: np.ndarray) -> int:
+    """Returns the first episode index a table with `inserted` items does not hold.
+
+    Episodes that give no items (invalid, or too short) are skipped over: pushing them
+    again writes nothing.
+
+    Raises:
+      ResumeError: If `inserted` falls inside an episode, or exceeds the dataset's items.
+    """
+    ends = np.cumsum(counts)
+    whole = int(np.searchsorted(ends, inserted, side='right'))
+    held = int(ends[whole - 1]) if whole else 0
+    if held == inserted:
+        return whole
+    if whole == len(counts):
+        raise ResumeError(
+            f'The table holds {inserted} items, more than the {held} items of the whole '
+            'dataset: it holds other data; push into an empty table instead.',
+            episodes_written=whole,
+            items_written=inserted,
+        )
+    raise ResumeError(
+        f'The table holds {inserted} items: episodes 0..{whole - 1} whole ({held} items) and '
+        f'{inserted - held} of the {int(counts[whole])} items of episode {whole}, which was '
+        'partly written. No episode index resumes it exactly; restart the server from a '
+        'checkpoint written by push_resumable, or push into an empty table.',
+        episodes_written=whole,
+        items_written=inserted,
+    )
+
+
+def push_resumable(
+    episodes: tf.data.Dataset,
+    server: str | reverb.Client,
+    table: str,
+    *,
+    item: items.ItemKind | None = None,
+    checkpoint_every: int | None = None,
+    start_episode: int | None = None,
+    **push_options,
+) -> writers.PushStats:
+    """Pushes `episodes` from the first one the table lacks, checkpointing at boundaries.
+
+    Args:
+      episodes: An RLDS dataset (see `rlds_reverb.types`).
+      server: A 'host:port' address or a `reverb.Client`.
+      table: The table name; this push must be its only writer.
+      item: The item kind; default `items.TwoStep()`.
+      checkpoint_every: Checkpoint the server after every this many episodes (None: never).
+      start_episode: The first episode to push; None finds it from the table's insert count.
+      **push_options: Passed to `rlds_reverb.writers.push` (`on_invalid`, `timeout_ms`...).
+
+    Returns:
+      The stats of what this call wrote (episodes counted from `start_episode`).
+
+    Raises:
+      ResumeError: If the table holds part of an episode.
+      PushError: If writing fails; `episodes_written` counts from episode 0 of the dataset.
+    """
+    item = item or items.TwoStep()
+    client = writers.connect(server)
+    if start_episode is None:
+        counts = count_items_per_episode(episodes, item)
+        start_episode = find_resume_episode(count_inserted(client, table), counts)
+    total = int(episodes.cardinality()) if episodes.cardinality() >= 0 else None
+    chunk = checkpoint_every or total or 2**62
+    stats = writers.PushStats(items={table: 0})
+    first = start_episode
+    while total is None or first < total:
+        part = episodes.skip(first).take(chunk)
+        try:
+            done = writers.push(part, client, table, item=item, **push_options)
+        except errors.PushError as e:
+            raise _from_dataset_start(e, first, stats) from e
+        stats = stats.merge(done)
+        if checkpoint_every:
+            _checkpoint(client, written=first + done.episodes + done.skipped_episodes, stats=stats)
+        if done.episodes + done.skipped_episodes < chunk:
+            break
+        first += chunk
+    return stats
+
+
+def _checkpoint(client: reverb.Client, *, written: int, stats: writers.PushStats) -> None:
+    """Checkpoints the server; a failure is a `PushError` saying what is fully written."""
+    try:
+        client.checkpoint()
+    except (RuntimeError, reverb.errors.ReverbError) as e:
+        raise errors.PushError(
+            f'Checkpoint of {client.server_address} failed ({e}). [episodes 0..{written - 1} '
+            f'of the dataset are fully written; those after the latest checkpoint are lost if '
+            f'the server restarts from it; run the resumable push again to continue.]',
+            episodes_written=written,
+            items_written=sum(stats.items.values()),
+        ) from e
+
+
+def _from_dataset_start(error: errors.PushError, first: int, before: writers.PushStats):
+    """Returns `error` restated with counts from episode 0 of the dataset."""
+    written = first + error.episodes_written
+    return errors.PushError(
+        f'{error} [This push started at episode {first} of the dataset and counts from '
+        f'there: episodes 0..{written - 1} of the dataset are fully written; run the '
+        f'resumable push again to continue from episode {written}.]',
+        episodes_written=written,
+        items_written=sum(before.items.values()) + error.items_written,
+    )
+
+
+def _latest_checkpoint(checkpoint_dir: pathlib.Path) -> pathlib.Path | None:
+    done = sorted(p.parent for p in checkpoint_dir.glob(f'*/{_DONE_FILE}'))
+    return done[-1] if done else None
+
+
+def read_table_checkpoints(
+    checkpoint_path: os.PathLike | str,
+) -> list[checkpoint_pb2.PriorityTableCheckpoint]:
+    """Returns the table records of one checkpoint (as `client.checkpoint()` returns its path).
+
+    Each holds the table's config and its rate limiter's counters: `insert_count`,
+    `sample_count` and `delete_count`.
+    """
+    path = pathlib.Path(checkpoint_path) / _TABLES_FILE
+    records = tf.data.TFRecordDataset(os.fspath(path), compression_type=_COMPRESSION)
+    return [
+        checkpoint_pb2.PriorityTableCheckpoint.FromString(record)
+        for record in records.as_numpy_iterator()
+    ]
+
+
+def reset_rate_limiters(checkpoint_dir: os.PathLike | str) -> list[str]:
+    """Rewrites the latest checkpoint's rate limiters as if its items were never sampled.
+
+    Each limiter keeps its config and insert count; its sample count is lowered to the
+    largest value that lets sampling proceed (`insert_count * samples_per_insert - max_diff`,
+    at least 0), so a restored server serves samples again.
+
+    Args:
+      checkpoint_dir: The server's checkpoint directory (holding one directory per
+        checkpoint).
+
+    Returns:
+      The names of the tables whose sample count was lowered (empty if none, or no
+      checkpoint).
+    """
+    latest = _latest_checkpoint(pathlib.Path(checkpoint_dir))
+    if latest is None:
+        return []
+    path = latest / _TABLES_FILE
+    tables, changed = read_table_checkpoints(latest), []
+    for table in tables:
+        limiter = table.rate_limiter
+        lowest = limiter.insert_count * limiter.samples_per_insert - limiter.max_diff
+        fresh = max(0, int(np.ceil(lowest)))
+        if limiter.sample_count > fresh:
+            limiter.sample_count = fresh
+            changed.append(table.table_name)
+    if changed:
+        staging = path.with_suffix('.rewrite')
+        with tf.io.TFRecordWriter(os.fspath(staging), options=_COMPRESSION) as writer:
+            for table in tables:
+                writer.write(table.SerializeToString())
+        os.replace(staging, path)
+    return changed

@@ -1,0 +1,1 @@
+"""Reliability tests: malformed data, server faults, load, and priority updates."""

@@ -1,0 +1,52 @@
+"""A Reverb server in its own process, for fault tests (killed with SIGKILL by the test).
+
+    python tests/reliability/server_process.py --port P --source DIR --checkpoint-dir D
+
+Serves one table, `replay`: FIFO sampling, each item sampled at most once (so a test can
+drain every item exactly once), a `MinSize(1)` rate limiter, and the two-step signature of
+the dataset at `--source`. With `--checkpoint-dir` it restores the latest checkpoint there
+(after `rlds_reverb.resume.reset_rate_limiters`). Prints `ready` once serving.
+"""
+
+import argparse
+import os
+import signal
+
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
+
+import reverb  # noqa: E402
+
+from rlds_reverb import items, loading, resume, tables  # noqa: E402
+
+TABLE = 'replay'
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument('--port', type=int, required=True)
+    parser.add_argument('--source', required=True)
+    parser.add_argument('--checkpoint-dir', default=None)
+    args = parser.parse_args()
+    signature = tables.signature_for(items.TwoStep(), loading.load(args.source))
+    table = reverb.Table(
+        TABLE,
+        sampler=reverb.selectors.Fifo(),
+        remover=reverb.selectors.Fifo(),
+        max_size=10**7,
+        rate_limiter=reverb.rate_limiters.MinSize(1),
+        max_times_sampled=1,
+        signature=signature,
+    )
+    checkpointer = None
+    if args.checkpoint_dir:
+        resume.reset_rate_limiters(args.checkpoint_dir)
+        checkpointer = reverb.checkpointers.DefaultCheckpointer(path=args.checkpoint_dir)
+    server = reverb.Server([table], port=args.port, checkpointer=checkpointer)
+    print('ready', flush=True)
+    signal.sigwait({signal.SIGTERM, signal.SIGINT})
+    server.stop()
+
+
+if __name__ == '__main__':
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
+    main()

@@ -1,0 +1,224 @@
+"""Server faults: a server killed mid-push, restores from checkpoints, blocked rate limiters.
+
+Every server is real and loopback-only; subprocesses are killed in `finally` blocks and
+every wait is bounded.
+"""
+
+import contextlib
+import os
+import re
+import signal
+import socket
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+import reverb
+import tensorflow as tf
+import tensorflow_datasets as tfds
+
+from rlds_reverb import cli, errors, items, resume, server, tables, types, writers
+from rlds_reverb.datasets import tfds_writer
+from tests import rlds_builders
+
+_HELPER = os.path.join(os.path.dirname(__file__), 'server_process.py')
+_TABLE = 'replay'
+_EPISODES = 400
+_LENGTH = 20
+_CHUNK = 10
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(('localhost', 0))
+        return sock.getsockname()[1]
+
+
+def _env() -> dict:
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONPATH=root)
+
+
+@contextlib.contextmanager
+def _server_process(port: int, source, checkpoint_dir):
+    """A server subprocess; killed (SIGKILL) on exit if still alive."""
+    process = subprocess.Popen(
+        [sys.executable, _HELPER, '--port', str(port), '--source', str(source)]
+        + ['--checkpoint-dir', str(checkpoint_dir)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        text=True,
+        env=_env(),
+    )
+    try:
+        line = process.stdout.readline()  # Bounded: the helper prints 'ready' or exits.
+        assert line.strip() == 'ready', f'server did not start: {line!r}'
+        yield process
+    finally:
+        process.kill()
+        process.wait(timeout=30)
+
+
+def _indexed_episode(index: int) -> dict:
+    """An episode whose observation is (episode index, step index): items name their origin."""
+    steps = rlds_builders.make_episode(_LENGTH, terminal=index % 2 == 0)
+    steps[types.OBSERVATION] = np.stack(
+        [np.full(_LENGTH, index), np.arange(_LENGTH)], axis=1
+    ).astype(np.float32)
+    return steps
+
+
+@pytest.fixture(scope='module')
+def indexed_dir(tmp_path_factory):
+    features = tfds_writer.make_rlds_features(
+        {
+            types.OBSERVATION: tfds.features.Tensor(shape=(2,), dtype=np.float32),
+            types.ACTION: tfds.features.Scalar(dtype=np.int64),
+            types.REWARD: tfds.features.Scalar(dtype=np.float32),
+            types.DISCOUNT: tfds.features.Scalar(dtype=np.float32),
+        }
+    )
+    episodes = ({types.STEPS: _indexed_episode(i)} for i in range(_EPISODES))
+    return tfds_writer.write_rlds_dataset(
+        tmp_path_factory.mktemp('indexed') / 'indexed' / '1.0.0',
+        episodes,
+        features=features,
+        name='indexed',
+        episodes_per_shard=100,
+    )
+
+
+def _drain(address: str, expected: int) -> list[tuple[int, int]]:
+    """Samples every item once (FIFO, max_times_sampled=1); returns (episode, step) of each."""
+    dataset = reverb.TrajectoryDataset.from_table_signature(
+        address, _TABLE, max_in_flight_samples_per_worker=16, rate_limiter_timeout_ms=2_000
+    )
+    origins = []
+    for sample in dataset.take(expected + 1).batch(1024):
+        observation = sample.data.observation.numpy()[:, 0]  # First step of each item.
+        origins += [(int(e), int(t)) for e, t in observation]
+    return origins
+
+
+def _wait_for_inserts(client: reverb.Client, at_least: int, timeout_s: float) -> int:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        with contextlib.suppress(Exception):
+            inserted = resume.count_inserted(client, _TABLE, timeout_s=2)
+            if inserted >= at_least:
+                return inserted
+        time.sleep(0.02)
+    raise AssertionError(f'fewer than {at_least} items were inserted within {timeout_s} s')
+
+
+def test_killed_server_mid_push_then_resume_writes_every_episode_exactly_once(
+    indexed_dir, tmp_path, capsys
+):
+    checkpoints = tmp_path / 'checkpoints'
+    items_per_episode = _LENGTH - 1
+    total = _EPISODES * items_per_episode
+    port = _free_port()
+    address = f'localhost:{port}'
+    push_command = [sys.executable, '-m', 'rlds_reverb.cli', 'push', str(indexed_dir)]
+    push_command += ['--server', address, '--table', _TABLE, '--no-progress']
+    push_command += ['--checkpoint-every', str(_CHUNK), '--timeout-ms', '5000']
+    with _server_process(port, indexed_dir, checkpoints) as process:
+        push = subprocess.Popen(
+            push_command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
+        )
+        try:
+            _wait_for_inserts(reverb.Client(address), total // 4, timeout_s=120)
+            process.send_signal(signal.SIGKILL)
+            killed = time.monotonic()
+            out, err = push.communicate(timeout=60)
+            failed_after = time.monotonic() - killed
+        finally:
+            push.kill()
+            push.wait(timeout=30)
+    assert push.returncode == 2, out + err
+    assert failed_after < 5 + 10  # Its 5 s timeout, plus process shutdown.
+    assert 'Traceback' not in err
+    written = int(re.search(r'episodes 0\.\.(\d+) of the dataset are fully written', err)[1]) + 1
+    assert 0 < written < _EPISODES, err
+
+    port = _free_port()
+    address = f'localhost:{port}'
+    with _server_process(port, indexed_dir, checkpoints):
+        client = reverb.Client(address)
+        restored = resume.count_inserted(client, _TABLE)
+        assert restored % (_CHUNK * items_per_episode) == 0  # Whole chunks only.
+        assert restored <= written * items_per_episode
+        start = resume.find_resume_episode(restored, np.full(_EPISODES, items_per_episode))
+        resume_argv = ['push', str(indexed_dir), '--server', address, '--table', _TABLE]
+        code = cli.main([*resume_argv, '--no-progress', '--resume'])
+        out = capsys.readouterr().out
+        assert code == 0, out
+        assert f'resuming at episode {start} of {_EPISODES}.' in out
+        assert f'({_EPISODES - start} episodes, ' in out
+        assert resume.count_inserted(client, _TABLE) == total
+        assert client.server_info()[_TABLE].current_size == total
+        origins = _drain(address, total)
+    expected = {(e, t) for e in range(_EPISODES) for t in range(items_per_episode)}
+    assert len(origins) == total
+    assert set(origins) == expected
+
+
+def test_resume_refuses_a_table_holding_part_of_an_episode():
+    with pytest.raises(resume.ResumeError, match='episodes 0..1 whole .6 items. and 2 of the 3'):
+        resume.find_resume_episode(8, np.array([3, 3, 3, 3]))
+    assert resume.find_resume_episode(6, np.array([3, 3, 0, 3])) == 3
+
+
+def _ratio_table(signature) -> reverb.Table:
+    return tables.uniform(
+        _TABLE, max_size=1000, signature=signature, samples_per_insert=1.0, error_buffer=4.0
+    )
+
+
+def _count_samples(address: str, limit: int, timeout_ms: int = 1_000) -> int:
+    dataset = reverb.TrajectoryDataset.from_table_signature(
+        address, _TABLE, max_in_flight_samples_per_worker=1, rate_limiter_timeout_ms=timeout_ms
+    )
+    count = 0
+    with contextlib.suppress(tf.errors.DeadlineExceededError):
+        for _ in dataset.take(limit):
+            count += 1
+    return count
+
+
+def test_restored_server_serves_samples_though_its_limiter_had_blocked_them(tmp_path):
+    episodes = rlds_builders.make_rlds([rlds_builders.make_episode(4)])  # 3 items.
+    signature = tables.signature_for(items.TwoStep(), episodes)
+    first = server.start_server([_ratio_table(signature)], checkpoint_dir=tmp_path)
+    try:
+        address = f'localhost:{first.port}'
+        writers.push(episodes, address, _TABLE, timeout_ms=5_000)
+        sampled = _count_samples(address, limit=100)
+        assert 0 < sampled < 100  # The ratio limiter stopped sampling.
+        reverb.Client(address).checkpoint()
+    finally:
+        first.stop()
+    assert resume.reset_rate_limiters(tmp_path) == [_TABLE]
+    restored = server.start_server([_ratio_table(signature)], checkpoint_dir=tmp_path)
+    try:
+        address = f'localhost:{restored.port}'
+        assert reverb.Client(address).server_info()[_TABLE].current_size == 3
+        assert _count_samples(address, limit=3, timeout_ms=5_000) == 3
+    finally:
+        restored.stop()
+
+
+def test_push_into_a_table_whose_limiter_blocks_inserts_times_out_clearly():
+    episodes = rlds_builders.make_rlds([rlds_builders.make_episode(10) for _ in range(3)])
+    signature = tables.signature_for(items.TwoStep(), episodes)
+    blocking = server.start_server([_ratio_table(signature)])
+    try:
+        started = time.monotonic()
+        with pytest.raises(errors.PushError, match=r'0 episode\(s\) were fully written') as info:
+            writers.push(episodes, f'localhost:{blocking.port}', _TABLE, timeout_ms=2_000)
+        assert time.monotonic() - started < 30
+        assert info.value.episodes_written == 0
+    finally:
+        blocking.stop()
