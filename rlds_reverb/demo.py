@@ -26,6 +26,7 @@ import json
 import os
 import pathlib
 import time
+import warnings
 from typing import Any
 
 import reverb
@@ -207,15 +208,18 @@ def run_demo(
         )
         dataset = make_learner_dataset(client, signature, agent, config)
         _say(f'[4/7] training {config.num_iterations} iterations', verbose=verbose, started=started)
-        history = learner.train(
-            agent,
-            dataset,
-            config,
-            progress=verbose,
-            eval_fn=lambda: learner.evaluate_policy(
-                agent.policy, num_episodes=config.eval_episodes, seed=seed + 1000
-            ),
-        )
+        with warnings.catch_warnings():
+            # AutoGraph's conversion of TF-Agents code trips Python's `is` literal warning.
+            warnings.simplefilter('ignore', SyntaxWarning)
+            history = learner.train(
+                agent,
+                dataset,
+                config,
+                progress=verbose,
+                eval_fn=lambda: learner.evaluate_policy(
+                    agent.policy, num_episodes=config.eval_episodes, seed=seed + 1000
+                ),
+            )
     finally:
         server.stop()
     final = learner.evaluate_policy(agent.policy, num_episodes=FINAL_EVAL_EPISODES, seed=seed)

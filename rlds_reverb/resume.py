@@ -11,11 +11,6 @@ Reverb checkpoint saves and restores) therefore says how many whole episodes it 
   and checkpoints the server after each chunk. A server restarted from its latest
   checkpoint then holds whole episodes only, and the next `push_resumable` continues
   without duplicating or losing one. It must be the table's only writer.
-* `reset_rate_limiters` rewrites a checkpoint so that the restored rate limiters start as
-  if its items had just been inserted and never sampled. Reverb restores a rate limiter's
-  config and counters from the checkpoint, whatever the server was built with, so a
-  `SampleToInsertRatio` table whose samples had caught up with its inserts would block
-  every sample of the restarted server (reverb issues 64 and 118).
 
 From the command line: `rlds-reverb push SOURCE --server H:P --checkpoint-every 100`, and
 after a crash and a restart from the latest checkpoint, the same with `--resume`.
@@ -23,21 +18,12 @@ after a crash and a restart from the latest checkpoint, the same with `--resume`
 
 from __future__ import annotations
 
-import os
-import pathlib
-
 import numpy as np
 import reverb
 import tensorflow as tf
-from reverb.cc.checkpointing import checkpoint_pb2
 
 from rlds_reverb import episodes as episodes_lib
 from rlds_reverb import errors, items, specs, validation, writers
-
-_TABLES_FILE = 'tables.tfrecord'
-# Reverb's TFRecord checkpointer compresses its files.
-_COMPRESSION = 'ZLIB'
-_DONE_FILE = 'DONE'
 
 
 class ResumeError(errors.PushError):
@@ -184,60 +170,3 @@ def _from_dataset_start(error: errors.PushError, first: int, before: writers.Pus
         episodes_written=written,
         items_written=sum(before.items.values()) + error.items_written,
     )
-
-
-def _latest_checkpoint(checkpoint_dir: pathlib.Path) -> pathlib.Path | None:
-    done = sorted(p.parent for p in checkpoint_dir.glob(f'*/{_DONE_FILE}'))
-    return done[-1] if done else None
-
-
-def read_table_checkpoints(
-    checkpoint_path: os.PathLike | str,
-) -> list[checkpoint_pb2.PriorityTableCheckpoint]:
-    """Returns the table records of one checkpoint (as `client.checkpoint()` returns its path).
-
-    Each holds the table's config and its rate limiter's counters: `insert_count`,
-    `sample_count` and `delete_count`.
-    """
-    path = pathlib.Path(checkpoint_path) / _TABLES_FILE
-    records = tf.data.TFRecordDataset(os.fspath(path), compression_type=_COMPRESSION)
-    return [
-        checkpoint_pb2.PriorityTableCheckpoint.FromString(record)
-        for record in records.as_numpy_iterator()
-    ]
-
-
-def reset_rate_limiters(checkpoint_dir: os.PathLike | str) -> list[str]:
-    """Rewrites the latest checkpoint's rate limiters as if its items were never sampled.
-
-    Each limiter keeps its config and insert count; its sample count is lowered to the
-    largest value that lets sampling proceed (`insert_count * samples_per_insert - max_diff`,
-    at least 0), so a restored server serves samples again.
-
-    Args:
-      checkpoint_dir: The server's checkpoint directory (holding one directory per
-        checkpoint).
-
-    Returns:
-      The names of the tables whose sample count was lowered (empty if none, or no
-      checkpoint).
-    """
-    latest = _latest_checkpoint(pathlib.Path(checkpoint_dir))
-    if latest is None:
-        return []
-    path = latest / _TABLES_FILE
-    tables, changed = read_table_checkpoints(latest), []
-    for table in tables:
-        limiter = table.rate_limiter
-        lowest = limiter.insert_count * limiter.samples_per_insert - limiter.max_diff
-        fresh = max(0, int(np.ceil(lowest)))
-        if limiter.sample_count > fresh:
-            limiter.sample_count = fresh
-            changed.append(table.table_name)
-    if changed:
-        staging = path.with_suffix('.rewrite')
-        with tf.io.TFRecordWriter(os.fspath(staging), options=_COMPRESSION) as writer:
-            for table in tables:
-                writer.write(table.SerializeToString())
-        os.replace(staging, path)
-    return changed

@@ -11,18 +11,14 @@ from __future__ import annotations
 import dataclasses
 import enum
 import os
-import pathlib
 import time
 
 import reverb
 import tensorflow as tf
 
+from rlds_reverb import checkpoints, tables, types, writers
 from rlds_reverb import items as items_lib
-from rlds_reverb import tables, types, writers
 from rlds_reverb.errors import TableError
-
-# Reverb marks a complete checkpoint with this file in the checkpoint's directory.
-_DONE_FILE = 'DONE'
 
 
 class TablePreset(enum.Enum):
@@ -89,22 +85,25 @@ def make_table(
     return tables.uniform(name, **common)
 
 
-def find_latest_checkpoint(checkpoint_dir: os.PathLike | str) -> pathlib.Path | None:
-    """Returns the newest complete Reverb checkpoint under `checkpoint_dir`, or None."""
-    root = pathlib.Path(checkpoint_dir)
-    if not root.is_dir():
-        return None
-    done = sorted(p.parent for p in root.glob(f'*/{_DONE_FILE}'))
-    return done[-1] if done else None
-
-
 def start_server(
     server_tables: list[reverb.Table],
     *,
     port: int | None = None,
     checkpoint_dir: os.PathLike | str | None = None,
+    reset_rate_limiters: bool = True,
 ) -> reverb.Server:
     """Starts a Reverb server; with `checkpoint_dir`, it restores the latest checkpoint there.
+
+    Args:
+      server_tables: The tables (a restored table takes its config from the checkpoint).
+      port: The port; None picks a free one.
+      checkpoint_dir: Where checkpoints live; the latest complete one is restored.
+      reset_rate_limiters: Rewrite the checkpoint's rate-limiter counters first
+        (`checkpoints.reset_rate_limiters`), so that restored tables serve samples even if
+        their limiters had blocked sampling when the checkpoint was written.
+
+    Returns:
+      The running server.
 
     Example:
       >>> server = start_server([tables.uniform('replay', max_size=1000)], port=8000)
@@ -112,6 +111,8 @@ def start_server(
     checkpointer = None
     if checkpoint_dir is not None:
         os.makedirs(checkpoint_dir, exist_ok=True)
+        if reset_rate_limiters:
+            checkpoints.reset_rate_limiters(checkpoint_dir)
         checkpointer = reverb.checkpointers.DefaultCheckpointer(path=os.fspath(checkpoint_dir))
     return reverb.Server(server_tables, port=port, checkpointer=checkpointer)
 
@@ -164,7 +165,7 @@ def seed_server(
     """
     started = time.perf_counter()
     item = items_lib.TwoStep() if item is None else item
-    restoring = checkpoint_dir is not None and find_latest_checkpoint(checkpoint_dir)
+    restoring = checkpoint_dir is not None and checkpoints.find_latest_checkpoint(checkpoint_dir)
     # A restored table takes its size and signature from the checkpoint.
     signature = None if restoring else tables.signature_for(item, episodes)
     if max_size is None:

@@ -13,7 +13,7 @@ import pytest
 import reverb
 import tree
 
-from rlds_reverb import cli_reverb, errors, items, server
+from rlds_reverb import checkpoints, cli_reverb, errors, items, server
 from tests.cases import reverb_cases
 from tests.reverb_fixtures import *  # noqa: F403
 from tests.reverb_fixtures import make_case_episodes, read_items
@@ -28,7 +28,7 @@ def test_checkpoint_round_trip_restores_the_same_items(tmp_path):
         make_case_episodes(), table='replay', preset='fifo', checkpoint_dir=tmp_path
     )
     assert (first.outcome, first.items) == (server.SeedOutcome.PUSHED, 5)
-    assert server.find_latest_checkpoint(tmp_path) is not None
+    assert checkpoints.find_latest_checkpoint(tmp_path) is not None
     first.server.stop()
     second = server.seed_server(
         make_case_episodes(), table='replay', preset='fifo', checkpoint_dir=tmp_path

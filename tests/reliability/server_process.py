@@ -5,7 +5,8 @@
 Serves one table, `replay`: FIFO sampling, each item sampled at most once (so a test can
 drain every item exactly once), a `MinSize(1)` rate limiter, and the two-step signature of
 the dataset at `--source`. With `--checkpoint-dir` it restores the latest checkpoint there
-(after `rlds_reverb.resume.reset_rate_limiters`). Prints `ready` once serving.
+(through `rlds_reverb.server.start_server`, which resets its rate limiters first). Prints
+`ready` once serving.
 """
 
 import argparse
@@ -16,7 +17,8 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
 import reverb  # noqa: E402
 
-from rlds_reverb import items, loading, resume, tables  # noqa: E402
+from rlds_reverb import items, loading, tables  # noqa: E402
+from rlds_reverb.server import start_server  # noqa: E402
 
 TABLE = 'replay'
 
@@ -37,11 +39,7 @@ def main() -> None:
         max_times_sampled=1,
         signature=signature,
     )
-    checkpointer = None
-    if args.checkpoint_dir:
-        resume.reset_rate_limiters(args.checkpoint_dir)
-        checkpointer = reverb.checkpointers.DefaultCheckpointer(path=args.checkpoint_dir)
-    server = reverb.Server([table], port=args.port, checkpointer=checkpointer)
+    server = start_server([table], port=args.port, checkpoint_dir=args.checkpoint_dir)
     print('ready', flush=True)
     signal.sigwait({signal.SIGTERM, signal.SIGINT})
     server.stop()

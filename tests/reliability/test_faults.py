@@ -19,7 +19,7 @@ import reverb
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from rlds_reverb import cli, errors, items, resume, server, tables, types, writers
+from rlds_reverb import checkpoints, cli, errors, items, resume, server, tables, types, writers
 from rlds_reverb.datasets import tfds_writer
 from tests import rlds_builders
 
@@ -200,7 +200,17 @@ def test_restored_server_serves_samples_though_its_limiter_had_blocked_them(tmp_
         reverb.Client(address).checkpoint()
     finally:
         first.stop()
-    assert resume.reset_rate_limiters(tmp_path) == [_TABLE]
+    # Restored as Reverb does it, the limiter's counters block every sample.
+    as_saved = server.start_server(
+        [_ratio_table(signature)], checkpoint_dir=tmp_path, reset_rate_limiters=False
+    )
+    try:
+        address = f'localhost:{as_saved.port}'
+        assert reverb.Client(address).server_info()[_TABLE].current_size == 3
+        assert _count_samples(address, limit=3, timeout_ms=1_000) == 0
+    finally:
+        as_saved.stop()
+    # By default start_server resets the counters first, and the restored table serves.
     restored = server.start_server([_ratio_table(signature)], checkpoint_dir=tmp_path)
     try:
         address = f'localhost:{restored.port}'
@@ -208,6 +218,7 @@ def test_restored_server_serves_samples_though_its_limiter_had_blocked_them(tmp_
         assert _count_samples(address, limit=3, timeout_ms=5_000) == 3
     finally:
         restored.stop()
+    assert checkpoints.reset_rate_limiters(tmp_path) == []  # Nothing left to lower.
 
 
 def test_push_into_a_table_whose_limiter_blocks_inserts_times_out_clearly():

@@ -18,7 +18,7 @@ import numpy as np
 import reverb
 import tensorflow as tf
 
-from rlds_reverb import items, resume, tables
+from rlds_reverb import checkpoints, items, tables
 from tests import rlds_builders
 from tests.reliability import soak_writer
 
@@ -134,7 +134,7 @@ def test_writers_and_samplers_share_a_server_without_deadlock_or_loss(tmp_path):
             sampler.join(timeout=30)
         assert not any(s.is_alive() for s in samplers), 'a sampler is stuck'
         info = client.server_info()[_TABLE]
-        (counters,) = resume.read_table_checkpoints(client.checkpoint())
+        (counters,) = checkpoints.read_table_checkpoints(client.checkpoint())
     finally:
         stop.set()
         server.stop()
