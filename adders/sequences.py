@@ -98,20 +98,37 @@ def sequences(
     return _transform
 
 
-def episode_windows(
-    steps: types.Step, length: int, period: int, end: types.EndBehavior, burn_in: int
-) -> types.Step:
-    """Returns all windows of one episode as `[W, length, ...]` tensors, with mask/burn-in."""
-    size = tf.shape(steps[types.IS_FIRST])[0]
+def compute_window_starts(
+    size: tf.Tensor, length: int, period: int, end: types.EndBehavior
+) -> tf.Tensor:
+    """Returns the start of each window of an episode of `size` steps (not CONTINUE).
+
+    Windows start every `period` steps; the first one that does not fit is kept only if it
+    covers steps no full window covers (see `_is_kept`). DROP drops it; LAST moves it back
+    to end at the episode's end (to 0 when the episode is shorter than `length`); TRUNCATE
+    and PAD keep it where it is, to be shortened or padded.
+
+    Example:
+      >>> compute_window_starts(tf.constant(7), 3, 3, EndBehavior.LAST)  # [0, 3, 4]
+    """
     starts = tf.range(0, size, period)
     sizes = tf.minimum(length, size - starts)
     keep = _is_kept(starts, sizes, length, period)
     starts = tf.boolean_mask(starts, keep)
     full = tf.boolean_mask(sizes, keep) >= length
     if end is types.EndBehavior.DROP:
-        starts = tf.boolean_mask(starts, full)
-    elif end is types.EndBehavior.LAST:
-        starts = tf.where(full, starts, tf.maximum(size - length, 0))
+        return tf.boolean_mask(starts, full)
+    if end is types.EndBehavior.LAST:
+        return tf.where(full, starts, tf.maximum(size - length, 0))
+    return starts
+
+
+def episode_windows(
+    steps: types.Step, length: int, period: int, end: types.EndBehavior, burn_in: int
+) -> types.Step:
+    """Returns all windows of one episode as `[W, length, ...]` tensors, with mask/burn-in."""
+    size = tf.shape(steps[types.IS_FIRST])[0]
+    starts = compute_window_starts(size, length, period, end)
     index = starts[:, None] + tf.range(length)[None, :]
     return gather_window_steps(steps, index, size, burn_in)
 

@@ -5,7 +5,7 @@ See `rlds_reverb.types` for what an RLDS dataset is here. Modules are named by c
 them.
 """
 
-from rlds_reverb import items, observers, tables
+from rlds_reverb import checkpoints, items, observers, priorities, sampling, tables
 from rlds_reverb.convert import convert_rlds_to_trajectories
 from rlds_reverb.errors import (
     InvalidEpisodeError,
@@ -36,11 +36,14 @@ __all__ = [
     'convert_rlds_to_trajectories',
     'create_trajectory_data_spec',
     'get_rlds_step_features',
+    'checkpoints',
     'items',
     'load',
     'observers',
+    'priorities',
     'push',
     'push_rlds_to_reverb',
+    'sampling',
     'seed_server',
     'tables',
     'validate',

@@ -41,6 +41,7 @@ import tree
 from reverb import structured_writer as sw
 
 from adders import nstep
+from adders.sequences import compute_window_starts
 from rlds_reverb import convert, specs, types
 from rlds_reverb.specs import PolicyInfoFn
 
@@ -82,20 +83,10 @@ def compute_sequence_windows(
 ) -> tuple[tf.Tensor, tf.Tensor]:
     """Returns `(starts, sizes)` of an episode's windows, as `adders.sequences` cuts them.
 
-    Windows start every `period` steps; the first one that does not fit is kept only if it
-    covers steps no full window covers (it starts the episode, or it is longer than the
-    overlap of windows). DROP drops it; LAST moves it back to end at the episode's end;
-    TRUNCATE shortens it; PAD (and LAST when T < length) pads it.
+    TRUNCATE windows end at the episode's end; the others have `length` steps (padded past
+    the end for PAD, and for LAST when T < length).
     """
-    starts = tf.range(0, size, period)
-    sizes = tf.minimum(length, size - starts)
-    keep = tf.equal(sizes, length) | (sizes > length - period) | tf.equal(starts, 0)
-    starts = tf.boolean_mask(starts, keep)
-    full = tf.boolean_mask(sizes, keep) >= length
-    if end is types.EndBehavior.DROP:
-        starts = tf.boolean_mask(starts, full)
-    elif end is types.EndBehavior.LAST:
-        starts = tf.where(full, starts, tf.maximum(size - length, 0))
+    starts = compute_window_starts(size, length, period, end)
     if end is types.EndBehavior.TRUNCATE:
         return starts, tf.minimum(length, size - starts)
     return starts, tf.fill(tf.shape(starts), length)

@@ -5,8 +5,9 @@ per-rule masks reach Python. Three entry points share them:
 
 * `validate(episodes, mode=...)` walks the dataset and returns a `ValidationReport`
   (raising `InvalidEpisodeError` at the first invalid episode in `raise` mode).
-* `check_episodes(episode_tensors, mode=...)` is the lazy, in-graph form the converters
-  use: `raise` fails the iterator with the same message, `skip` drops invalid episodes whole.
+* `InGraphCheck` is the lazy, in-graph form the converters use inside their `tf.data`
+  maps: `raise` fails the iterator with the same message, `skip` drops invalid episodes
+  whole.
 * `find_episode_problems(...)` turns one episode's masks into `Problem` records.
 """
 
@@ -492,7 +493,7 @@ def _compute_episode_ok(
     return ok, masks, episode_checks
 
 
-def _find_reference_shapes(episode_tensors: tf.data.Dataset, step_spec: dict) -> tuple | None:
+def _find_reference_shapes(episodes: tf.data.Dataset, step_spec: dict) -> tuple | None:
     """Returns the first non-empty episode's per-step shapes when the spec leaves dims open.
 
     tf.data enforces fully known shapes itself, so this peek happens only for datasets whose
@@ -500,51 +501,49 @@ def _find_reference_shapes(episode_tensors: tf.data.Dataset, step_spec: dict) ->
     """
     if all(spec.shape.is_fully_defined() for spec in tree.flatten(step_spec)):
         return None
-    non_empty = episode_tensors.filter(lambda s: episodes_lib.episode_length(s) > 0)
+    tensors = episodes_lib.to_episode_tensors(episodes)
+    non_empty = tensors.filter(lambda s: episodes_lib.episode_length(s) > 0)
     for steps in non_empty.take(1):
         return [s.numpy() for s in _step_shapes(steps)], _leaf_names(step_spec)
     return None
 
 
-def check_episodes(
-    episode_tensors: tf.data.Dataset,
-    step_spec: dict,
-    *,
-    mode: types.ValidationMode | str = types.ValidationMode.RAISE,
-) -> tf.data.Dataset:
-    """Applies validation lazily, in graph, to a dataset of whole-episode tensors.
+class InGraphCheck:
+    """The validation rules as graph ops on one episode, for lazy checks inside `tf.data` maps.
+
+    The converters use it in the same map that decodes and converts an episode: `raise`
+    mode fails the iterator with the message `Problem.describe` would give (first bad step
+    per rule), `skip` mode filters on `is_valid`. The consistent-shape rule compares with
+    the first non-empty episode, peeked once when the spec leaves dimensions open.
 
     Args:
-      episode_tensors: Episodes as nests of `[T, ...]` tensors (`to_episode_tensors`).
-      step_spec: The dataset's step spec.
-      mode: `'raise'` fails iteration with an `InvalidArgumentError` naming the episode and its
-        problems; `'skip'` drops invalid episodes whole; `'report'` is refused here.
-
-    Returns:
-      The valid episodes' tensors.
+      episodes: The RLDS dataset the check is for.
+      step_spec: Its step spec.
 
     Raises:
-      ValueError: If `mode` is `'report'` (use `validate` for a report).
-    """
-    mode = types.as_enum(types.ValidationMode, mode, argument='mode')
-    if mode is types.ValidationMode.REPORT:
-        raise ValueError("mode='report' converts nothing; call rlds_reverb.validate() instead.")
-    check_step_spec(step_spec)
-    checks = list_checks(step_spec)
-    reference = _find_reference_shapes(episode_tensors, step_spec)
-    indexed = episode_tensors.enumerate()
-    if mode is types.ValidationMode.SKIP:
-        kept = indexed.filter(lambda i, s: _compute_episode_ok(s, checks, reference)[0])
-        return kept.map(lambda i, s: s)
+      SpecMismatchError: If flags are not bool, or rewards/discounts not numeric.
 
-    def _assert_valid(index, steps):
-        ok, masks, episode_checks = _compute_episode_ok(steps, checks, reference)
+    Example:
+      >>> check = InGraphCheck(episodes, specs.get_step_spec(episodes))
+      >>> steps = check.assert_valid(index, steps)
+    """
+
+    def __init__(self, episodes: tf.data.Dataset, step_spec: dict):
+        check_step_spec(step_spec)
+        self._checks = list_checks(step_spec)
+        self._reference = _find_reference_shapes(episodes, step_spec)
+
+    def is_valid(self, steps: types.Nest) -> tf.Tensor:
+        """Returns a scalar bool: whether the episode breaks no rule."""
+        return _compute_episode_ok(steps, self._checks, self._reference)[0]
+
+    def assert_valid(self, episode_index: tf.Tensor, steps: types.Nest) -> types.Nest:
+        """Returns `steps`, failing with an `InvalidArgumentError` naming every problem first."""
+        ok, masks, episode_checks = _compute_episode_ok(steps, self._checks, self._reference)
         message = tf.cond(
             ok,
             lambda: tf.constant(''),
-            lambda: _format_problems_in_graph(index, masks, checks, episode_checks),
+            lambda: _format_problems_in_graph(episode_index, masks, self._checks, episode_checks),
         )
         with tf.control_dependencies([tf.debugging.Assert(ok, [message], summarize=1)]):
             return tf.nest.map_structure(tf.identity, steps)
-
-    return indexed.map(_assert_valid, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)

@@ -13,6 +13,7 @@ import reverb
 import tensorflow as tf
 
 from rlds_reverb import items, tables, types
+from tests import rlds_builders
 from tests.cases import reverb_cases
 
 __all__ = [
@@ -48,13 +49,7 @@ def make_case_episodes(indices=None) -> tf.data.Dataset:
     """Returns the case episodes (or those at `indices`) as an RLDS dataset."""
     all_steps = make_case_steps()
     chosen = [all_steps[i] for i in (indices if indices is not None else range(len(all_steps)))]
-    dataset = None
-    for steps in chosen:
-        episode = tf.data.Dataset.from_tensors(
-            {types.STEPS: tf.data.Dataset.from_tensor_slices(steps)}
-        )
-        dataset = episode if dataset is None else dataset.concatenate(episode)
-    return dataset
+    return rlds_builders.make_rlds(chosen)
 
 
 def make_window_items(windows) -> list[dict]:
@@ -128,7 +123,12 @@ def reverb_server():
 @pytest.fixture
 def reverb_client(reverb_server):
     """A client of `reverb_server`, with every table emptied before the test."""
-    client = reverb.Client(f'localhost:{reverb_server.port}')
+    return make_clean_client(reverb_server)
+
+
+def make_clean_client(server: reverb.Server) -> reverb.Client:
+    """Returns a client of `server` after emptying every table."""
+    client = reverb.Client(f'localhost:{server.port}')
     for name in client.server_info():
         client.reset(name)
     return client

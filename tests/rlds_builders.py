@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from collections.abc import Sequence
 
 import numpy as np
@@ -57,6 +60,19 @@ def make_rlds(episodes: Sequence[dict]) -> tf.data.Dataset:
     return dataset
 
 
+def make_step_signature(**replaced: tf.TensorSpec) -> dict[str, tf.TensorSpec]:
+    """Returns the per-step signature of `make_episode` steps, with some fields replaced."""
+    signature = {
+        types.OBSERVATION: tf.TensorSpec([2], tf.float32),
+        types.ACTION: tf.TensorSpec([], tf.int64),
+        types.REWARD: tf.TensorSpec([], tf.float32),
+        types.DISCOUNT: tf.TensorSpec([], tf.float32),
+    }
+    signature.update({flag: tf.TensorSpec([], tf.bool) for flag in types.FLAG_FIELDS})
+    signature.update(replaced)
+    return signature
+
+
 def make_rlds_from_generator(episodes: Sequence[dict], step_signature: dict) -> tf.data.Dataset:
     """Returns an RLDS dataset whose step shapes may vary (unknown dims in the signature)."""
 
@@ -68,3 +84,16 @@ def make_rlds_from_generator(episodes: Sequence[dict], step_signature: dict) -> 
     )
     whole = tf.data.Dataset.from_generator(_generate, output_signature=batched_signature)
     return whole.map(lambda steps: {types.STEPS: tf.data.Dataset.from_tensor_slices(steps)})
+
+
+def run_cli(*args: str) -> subprocess.CompletedProcess:
+    """Runs `python -m rlds_reverb.cli ARGS` in a subprocess (bounded); returns the result."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
+    return subprocess.run(
+        [sys.executable, '-m', 'rlds_reverb.cli', *args],
+        capture_output=True,
+        text=True,
+        timeout=180,
+        env=env,
+        check=False,
+    )

@@ -1,9 +1,6 @@
 """The `rlds-reverb` info and validate commands, run as real subprocesses."""
 
-import os
 import pathlib
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -12,18 +9,6 @@ import tensorflow_datasets as tfds
 from rlds_reverb import cli, types
 from rlds_reverb.datasets import tfds_writer
 from tests import rlds_builders
-
-
-def _run(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
-    return subprocess.run(
-        [sys.executable, '-m', 'rlds_reverb.cli', *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=env,
-        check=False,
-    )
 
 
 def _run_in_process(capsys, *args: str) -> tuple[int, str, str]:
@@ -76,7 +61,7 @@ def test_validate_reports_problems_and_exits_non_zero(invalid_dir, capsys):
 
 
 def test_validate_raise_mode_gives_one_line_error_without_traceback(invalid_dir):
-    result = _run('validate', str(invalid_dir), '--mode', 'raise')
+    result = rlds_builders.run_cli('validate', str(invalid_dir), '--mode', 'raise')
     assert result.returncode == 1
     assert 'Episode 1 is invalid' in result.stderr
     assert 'Traceback' not in result.stderr

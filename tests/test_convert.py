@@ -163,6 +163,29 @@ def test_batched_consumption_matches_unbatched():
     )
 
 
+@pytest.mark.parametrize('drop_remainder', [False, True])
+def test_batch_size_option_equals_batching_step_by_step(drop_remainder):
+    episodes = [rlds_builders.make_episode(n) for n in (5, 1, 7, 2)]
+    dataset = rlds_builders.make_rlds(episodes)
+    expected = rlds_reverb.convert_rlds_to_trajectories(dataset).batch(
+        4, drop_remainder=drop_remainder
+    )
+    batches = rlds_reverb.convert_rlds_to_trajectories(
+        dataset, batch_size=4, drop_remainder=drop_remainder
+    )
+    expected, batches = list(expected.as_numpy_iterator()), list(batches.as_numpy_iterator())
+    assert len(batches) == len(expected) == (3 if drop_remainder else 4)
+    for got, want in zip(batches, expected, strict=True):
+        tf.nest.map_structure(np.testing.assert_array_equal, got, want)
+
+
+@pytest.mark.parametrize('batch_size', [0, -1, 2.5, True])
+def test_bad_batch_size_is_refused(batch_size):
+    dataset = rlds_builders.make_rlds([rlds_builders.make_episode(3)])
+    with pytest.raises(ValueError, match=f'batch_size={batch_size!r} is not valid'):
+        rlds_reverb.convert_rlds_to_trajectories(dataset, batch_size=batch_size)
+
+
 def test_invalid_episode_raises_invalid_argument_naming_episode_step_field_and_rule():
     bad = rlds_builders.make_episode(3)
     bad[types.IS_TERMINAL] = np.array([False, True, True])
@@ -202,15 +225,9 @@ def test_missing_step_fields_are_named():
 
 
 def test_inconsistent_shapes_between_episodes_are_named():
-    signature = {
-        types.OBSERVATION: tf.TensorSpec([None], tf.float32),
-        types.ACTION: tf.TensorSpec([], tf.int64),
-        types.REWARD: tf.TensorSpec([], tf.float32),
-        types.DISCOUNT: tf.TensorSpec([], tf.float32),
-        types.IS_FIRST: tf.TensorSpec([], tf.bool),
-        types.IS_LAST: tf.TensorSpec([], tf.bool),
-        types.IS_TERMINAL: tf.TensorSpec([], tf.bool),
-    }
+    signature = rlds_builders.make_step_signature(
+        **{types.OBSERVATION: tf.TensorSpec([None], tf.float32)}
+    )
     episodes = [rlds_builders.make_episode(2, obs_dim=2), rlds_builders.make_episode(3, obs_dim=5)]
     dataset = rlds_builders.make_rlds_from_generator(episodes, signature)
     with pytest.raises(

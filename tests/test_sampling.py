@@ -9,6 +9,7 @@ import tensorflow as tf
 
 from rlds_reverb import priorities, sampling, tables, types
 from rlds_reverb.errors import EmptyTableError, SpecMismatchError, TableError
+from tests import reverb_fixtures
 
 ITEM_SPEC = {
     'observation': tf.TensorSpec([3], tf.float32),
@@ -56,10 +57,7 @@ def server():
 
 @pytest.fixture
 def client(server):
-    client = reverb.Client(f'localhost:{server.port}')
-    for table in client.server_info():
-        client.reset(table)
-    return client
+    return reverb_fixtures.make_clean_client(server)
 
 
 def _learner(client, tables_, **kwargs) -> sampling.LearnerDataset:

@@ -52,15 +52,9 @@ def test_empty_episode_is_reported():
 
 
 def test_inconsistent_shapes_are_reported_against_the_first_episode():
-    signature = {
-        types.OBSERVATION: tf.TensorSpec([None], tf.float32),
-        types.ACTION: tf.TensorSpec([], tf.int64),
-        types.REWARD: tf.TensorSpec([], tf.float32),
-        types.DISCOUNT: tf.TensorSpec([], tf.float32),
-        types.IS_FIRST: tf.TensorSpec([], tf.bool),
-        types.IS_LAST: tf.TensorSpec([], tf.bool),
-        types.IS_TERMINAL: tf.TensorSpec([], tf.bool),
-    }
+    signature = rlds_builders.make_step_signature(
+        **{types.OBSERVATION: tf.TensorSpec([None], tf.float32)}
+    )
     episodes = [rlds_builders.make_episode(2, obs_dim=3), rlds_builders.make_episode(2, obs_dim=4)]
     report = rlds_reverb.validate(
         rlds_builders.make_rlds_from_generator(episodes, signature), mode='report'

@@ -201,21 +201,9 @@ def _as_generator(signature: dict) -> Callable[[pathlib.Path, Variant], tf.data.
     return _write
 
 
-def _step_signature(**replaced) -> dict:
-    signature = {
-        types.OBSERVATION: tf.TensorSpec([2], tf.float32),
-        types.ACTION: tf.TensorSpec([], tf.int64),
-        types.REWARD: tf.TensorSpec([], tf.float32),
-        types.DISCOUNT: tf.TensorSpec([], tf.float32),
-    }
-    signature.update({flag: tf.TensorSpec([], tf.bool) for flag in types.FLAG_FIELDS})
-    signature.update(replaced)
-    return signature
-
-
 def _unknown_rank_signature() -> dict:
     """A step signature whose observation may have any rank (`TensorSpec(None)`)."""
-    signature = _step_signature()
+    signature = rlds_builders.make_step_signature()
     whole = {k: tf.TensorSpec([None, *s.shape], s.dtype) for k, s in signature.items()}
     whole[types.OBSERVATION] = tf.TensorSpec(None, tf.float32)
     return whole
@@ -326,7 +314,7 @@ def _missing_field() -> list[Variant]:
             valid=_others(1),
             faults=unreadable,
             read_error='did not match the expected structure',
-            write=_as_generator(_step_signature()),
+            write=_as_generator(rlds_builders.make_step_signature()),
         ),
         # A second TFDS directory written with a different feature set.
         Variant(
@@ -345,7 +333,9 @@ def _inconsistent_shapes() -> list[Variant]:
     bad = _good(3, start=5.0)
     wide = dict(bad, **{types.OBSERVATION: np.arange(9, dtype=np.float32).reshape(3, 3)})
     episodes = _around(bad)
-    variable = _step_signature(**{types.OBSERVATION: tf.TensorSpec([None], tf.float32)})
+    variable = rlds_builders.make_step_signature(
+        **{types.OBSERVATION: tf.TensorSpec([None], tf.float32)}
+    )
     return [
         Variant(
             case='inconsistent_shapes',

@@ -1,13 +1,11 @@
 """Every TFDS corpus case through `rlds-reverb validate`: exit codes, named faults, no traceback."""
 
-import os
 import re
-import subprocess
-import sys
 
 import pytest
 
 from rlds_reverb import cli
+from tests import rlds_builders
 from tests.reliability import corpus
 
 _TFDS = corpus.variants(form=corpus.TFDS)
@@ -31,18 +29,6 @@ def _main(capsys, *args: str) -> tuple[int, str, str]:
     code = cli.main(list(args))
     captured = capsys.readouterr()
     return code, captured.out, captured.err
-
-
-def _run(*args: str) -> subprocess.CompletedProcess:
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3')
-    return subprocess.run(
-        [sys.executable, '-m', 'rlds_reverb.cli', *args],
-        capture_output=True,
-        text=True,
-        timeout=180,
-        env=env,
-        check=False,
-    )
 
 
 def _refusal(variant: corpus.Variant) -> str:
@@ -83,7 +69,9 @@ def _by_id(name: str) -> corpus.Variant:
 
 def test_subprocess_exits_non_zero_without_traceback(build):
     # One real process; the in-process tests above cover every case's exit code and output.
-    result = _run('validate', str(build(_by_id('is_last_mid_episode-tfds'))), '--mode', 'raise')
+    result = rlds_builders.run_cli(
+        'validate', str(build(_by_id('is_last_mid_episode-tfds'))), '--mode', 'raise'
+    )
     assert result.returncode == cli.EXIT_INVALID_DATA, result.stderr
     assert 'rlds-reverb validate: error: Episode 1 is invalid' in result.stderr
     assert 'Traceback' not in result.stderr
@@ -91,7 +79,7 @@ def test_subprocess_exits_non_zero_without_traceback(build):
 
 def test_debug_shows_the_traceback(build):
     variant = _by_id('no_dataset_info-tfds')
-    result = _run('--debug', 'validate', str(build(variant)))
+    result = rlds_builders.run_cli('--debug', 'validate', str(build(variant)))
     assert result.returncode != 0
     assert 'Traceback (most recent call last)' in result.stderr
     assert re.search(variant.failure.match, result.stderr)
