@@ -153,7 +153,9 @@ def convert_episodes_to_trajectories(
 
     if mode is types.ValidationMode.RAISE:
         return indexed.map(
-            lambda index, episode: _convert(check.assert_valid(index, _decode(episode))),
+            episodes_lib.without_autograph(
+                lambda index, episode: _convert(check.assert_valid(index, _decode(episode)))
+            ),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
         )

@@ -150,7 +150,11 @@ def make_episode_plans(
         return plan
 
     tensors = episodes_lib.to_episode_tensors(prepared)
-    plans = tensors.map(_plan, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+    plans = tensors.map(
+        episodes_lib.without_autograph(_plan),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
     return plans.prefetch(tf.data.AUTOTUNE)
 
 
