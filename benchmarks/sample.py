@@ -6,8 +6,8 @@ with `writers.push(item=items.TwoStep())` from synthetic RLDS episodes, in this 
 
 * TF-Agents: `ReverbReplayBuffer.as_dataset(sample_batch_size=256, num_steps=2)` (the anchor);
 * ours: `sampling.LearnerDataset(batch_size=256, sequence_length=2, beta=0.4)`, which also
-  returns the sample info and the importance weights; with its defaults (4 workers per
-  iterator, 256 samples in flight per worker) and a few other settings.
+  returns the sample info and the importance weights; with its defaults (8 workers per
+  iterator, 512 samples in flight per worker) and a few other settings.
 
 Run: `.venv/bin/python benchmarks/sample.py [--batches N]`.
 """
@@ -117,7 +117,7 @@ def main(argv=None) -> int:
     grid = [
         ('ours, defaults', {}),
         ('ours, 4 workers', dict(num_workers_per_iterator=4)),
-        ('ours, 8 workers, 512 in flight', dict(max_in_flight_samples_per_worker=512)),
+        ('ours, 8 workers, 256 in flight', dict(max_in_flight_samples_per_worker=256)),
         ('ours, 2 workers', dict(num_workers_per_iterator=2)),
     ]
     for name, options in grid:

