@@ -208,9 +208,10 @@ def _push_resumable(args: argparse.Namespace, progress) -> object:
             client, args.table, timeout_s=max(1, args.timeout_ms // 1000)
         )
         start = resume.find_resume_episode(inserted, counts)
+        held = f'episodes 0..{start - 1} of the dataset' if start else 'no episode'
         print(
-            f'Table {args.table!r} holds {inserted} items: episodes 0..{start - 1} of the '
-            f'dataset; resuming at episode {start} of {len(counts)}.',
+            f'Table {args.table!r} holds {inserted} items: {held}; resuming at episode '
+            f'{start} of {len(counts)}.',
             flush=True,
         )
     return resume.push_resumable(
