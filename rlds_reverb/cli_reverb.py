@@ -28,10 +28,7 @@ from collections.abc import Sequence
 import tensorflow as tf
 
 from rlds_reverb import errors
-
-EXIT_OK = 0
-EXIT_INVALID_DATA = 1
-EXIT_ERROR = 2
+from rlds_reverb.cli import EXIT_ERROR, EXIT_INVALID_DATA, EXIT_OK
 
 
 def _load(source: str, split: str, *, shard: tuple[int, int] | None = None) -> tf.data.Dataset:

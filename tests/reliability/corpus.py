@@ -102,6 +102,11 @@ class Variant:
         return self.write(root / self.id, self)
 
 
+def variant_id(variant: Variant) -> str:
+    """The pytest id of a variant (`case-form`)."""
+    return variant.id
+
+
 def make_builder(root: pathlib.Path) -> Callable[[Variant], Source]:
     """Returns `build(variant)`, building each variant once under `root`."""
     built: dict[str, Source] = {}

@@ -16,15 +16,6 @@ _REPORTED = [v for v in _TFDS if v.failure is None and v.full_check is None]
 _REFUSED = [v for v in _TFDS if v.failure is not None or v.full_check is not None]
 
 
-def _ids(variant: corpus.Variant) -> str:
-    return variant.id
-
-
-@pytest.fixture(scope='module')
-def build(tmp_path_factory):
-    return corpus.make_builder(tmp_path_factory.mktemp('corpus'))
-
-
 def _main(capsys, *args: str) -> tuple[int, str, str]:
     code = cli.main(list(args))
     captured = capsys.readouterr()
@@ -35,7 +26,7 @@ def _refusal(variant: corpus.Variant) -> str:
     return variant.failure.match if variant.failure else variant.full_check
 
 
-@pytest.mark.parametrize('variant', _REPORTED, ids=_ids)
+@pytest.mark.parametrize('variant', _REPORTED, ids=corpus.variant_id)
 def test_validate_lists_each_fault_and_exits_1(build, variant, capsys):
     code, out, err = _main(capsys, 'validate', str(build(variant)))
     assert code == cli.EXIT_INVALID_DATA, err
@@ -45,7 +36,7 @@ def test_validate_lists_each_fault_and_exits_1(build, variant, capsys):
 
 
 # Raise mode shares validate's walk (test_corpus_validate.py runs it on every case).
-@pytest.mark.parametrize('variant', _REPORTED[::4], ids=_ids)
+@pytest.mark.parametrize('variant', _REPORTED[::4], ids=corpus.variant_id)
 def test_validate_raise_mode_is_one_line_naming_the_episode(build, variant, capsys):
     code, _, err = _main(capsys, 'validate', str(build(variant)), '--mode', 'raise')
     assert code == cli.EXIT_INVALID_DATA
@@ -53,7 +44,7 @@ def test_validate_raise_mode_is_one_line_naming_the_episode(build, variant, caps
     assert re.search(variant.faults[0].pattern, err), err
 
 
-@pytest.mark.parametrize('variant', _REFUSED, ids=_ids)
+@pytest.mark.parametrize('variant', _REFUSED, ids=corpus.variant_id)
 def test_refused_source_names_the_file_or_field_and_exits_2(build, variant, capsys):
     code, out, err = _main(capsys, 'validate', str(build(variant)))
     assert code == cli.EXIT_ERROR

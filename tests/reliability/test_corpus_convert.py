@@ -15,15 +15,6 @@ from tests.reliability import corpus
 _DATA = corpus.variants(data=True)
 
 
-def _ids(variant: corpus.Variant) -> str:
-    return variant.id
-
-
-@pytest.fixture(scope='module')
-def build(tmp_path_factory):
-    return corpus.make_builder(tmp_path_factory.mktemp('corpus'))
-
-
 def _convert(build, variant, mode):
     return rlds_reverb.convert_rlds_to_trajectories(rlds_reverb.load(build(variant)), mode=mode)
 
@@ -37,7 +28,7 @@ def _expected_message(variant: corpus.Variant) -> str:
     return f'Episode {first} is invalid: (?:.*; )?{faults[0].pattern}'
 
 
-@pytest.mark.parametrize('variant', _DATA, ids=_ids)
+@pytest.mark.parametrize('variant', _DATA, ids=corpus.variant_id)
 def test_raise_mode_names_episode_step_field_and_rule(build, variant):
     trajectories = _convert(build, variant, 'raise')
     with pytest.raises(tf.errors.InvalidArgumentError, match=_expected_message(variant)) as info:
@@ -49,7 +40,7 @@ def test_raise_mode_names_episode_step_field_and_rule(build, variant):
             assert re.search(fault.pattern, message), message
 
 
-@pytest.mark.parametrize('variant', _DATA, ids=_ids)
+@pytest.mark.parametrize('variant', _DATA, ids=corpus.variant_id)
 def test_skip_mode_yields_exactly_the_valid_episodes(build, variant):
     got = list(_convert(build, variant, 'skip').as_numpy_iterator())
     expected = list(
@@ -64,7 +55,7 @@ def test_skip_mode_yields_exactly_the_valid_episodes(build, variant):
         tree.map_structure(np.testing.assert_array_equal, got_step, expected_step)
 
 
-@pytest.mark.parametrize('variant', corpus.variants(data=False), ids=_ids)
+@pytest.mark.parametrize('variant', corpus.variants(data=False), ids=corpus.variant_id)
 def test_refused_source_is_refused_before_any_conversion(build, variant):
     with pytest.raises(variant.failure.error, match=variant.failure.match):
         _convert(build, variant, 'skip')

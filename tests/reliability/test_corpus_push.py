@@ -23,15 +23,6 @@ _DATA = corpus.variants(data=True)
 _READABLE = rlds_reverb.validation.Rule.READABLE.rule_id
 
 
-def _ids(variant: corpus.Variant) -> str:
-    return variant.id
-
-
-@pytest.fixture(scope='module')
-def build(tmp_path_factory):
-    return corpus.make_builder(tmp_path_factory.mktemp('corpus'))
-
-
 @contextlib.contextmanager
 def _server(episodes: tf.data.Dataset, item=None, max_size: int = 10_000):
     """A loopback server with `replay` and `expected` tables for `episodes`' items."""
@@ -56,7 +47,7 @@ def _items_of(episodes) -> int:
     return sum(max(len(e[types.IS_FIRST]) - 1, 0) for e in episodes)
 
 
-@pytest.mark.parametrize('variant', _DATA, ids=_ids)
+@pytest.mark.parametrize('variant', _DATA, ids=corpus.variant_id)
 def test_skip_mode_lands_exactly_the_valid_episodes(build, variant):
     data = rlds_reverb.load(build(variant))
     valid = variant.valid_episodes()
@@ -76,7 +67,7 @@ def _raise_pattern(variant: corpus.Variant) -> str:
     return f'(?s)Episode {fault.episode} is invalid.*{fault.pattern}'
 
 
-@pytest.mark.parametrize('variant', _DATA, ids=_ids)
+@pytest.mark.parametrize('variant', _DATA, ids=corpus.variant_id)
 def test_raise_mode_names_the_fault_and_the_episodes_written(build, variant):
     data = rlds_reverb.load(build(variant))
     first = variant.invalid[0]
@@ -138,7 +129,7 @@ def test_cli_push_of_a_bad_directory_exits_non_zero_without_traceback(build, cap
         assert _size(client, _TABLE) == before + _items_of(variant.valid_episodes())
 
 
-@pytest.mark.parametrize('variant', _DATA, ids=_ids)
+@pytest.mark.parametrize('variant', _DATA, ids=corpus.variant_id)
 def test_resume_counts_exactly_what_a_skip_push_writes_per_episode(build, variant):
     counts = resume.count_items_per_episode(rlds_reverb.load(build(variant)), items.TwoStep())
     expected = [

@@ -14,20 +14,11 @@ _REFUSED = corpus.variants(data=False)
 _RECORD_LEVEL = [v for v in corpus.VARIANTS if v.full_check]
 
 
-def _ids(variant: corpus.Variant) -> str:
-    return variant.id
-
-
-@pytest.fixture(scope='module')
-def build(tmp_path_factory):
-    return corpus.make_builder(tmp_path_factory.mktemp('corpus'))
-
-
 def _validate(build, variant, mode):
     return rlds_reverb.validate(rlds_reverb.load(build(variant)), mode=mode)
 
 
-@pytest.mark.parametrize('variant', _DATA, ids=_ids)
+@pytest.mark.parametrize('variant', _DATA, ids=corpus.variant_id)
 def test_skip_mode_names_each_fault_and_counts_exactly_the_valid_episodes(build, variant):
     # 'skip' and 'report' walk the whole dataset alike (tests/test_validate.py covers both).
     report = _validate(build, variant, 'skip')
@@ -43,7 +34,7 @@ def test_skip_mode_names_each_fault_and_counts_exactly_the_valid_episodes(build,
     assert report.steps == sum(len(e[types.IS_FIRST]) for e in valid)
 
 
-@pytest.mark.parametrize('variant', _DATA, ids=_ids)
+@pytest.mark.parametrize('variant', _DATA, ids=corpus.variant_id)
 def test_raise_mode_names_every_problem_of_the_first_invalid_episode(build, variant):
     first = variant.invalid[0]
     with pytest.raises(errors.InvalidEpisodeError, match=f'^Episode {first} is invalid') as info:
@@ -53,13 +44,13 @@ def test_raise_mode_names_every_problem_of_the_first_invalid_episode(build, vari
         assert re.search(fault.pattern, str(info.value)), str(info.value)
 
 
-@pytest.mark.parametrize('variant', _REFUSED, ids=_ids)
+@pytest.mark.parametrize('variant', _REFUSED, ids=corpus.variant_id)
 def test_refused_source_names_the_file_or_field(build, variant):
     with pytest.raises(variant.failure.error, match=variant.failure.match):
         _validate(build, variant, 'report')
 
 
-@pytest.mark.parametrize('variant', _RECORD_LEVEL, ids=_ids)
+@pytest.mark.parametrize('variant', _RECORD_LEVEL, ids=corpus.variant_id)
 def test_full_file_check_names_shard_record_and_field(build, variant):
     with pytest.raises(errors.SourceError, match=variant.full_check) as info:
         rlds_reverb.load(build(variant), check_files='full')

@@ -188,6 +188,19 @@ def _count_samples(address: str, limit: int, timeout_ms: int = 1_000) -> int:
     return count
 
 
+def _restore_and_sample(signature, checkpoint_dir, *, reset: bool, timeout_ms: int):
+    """Restores a server from `checkpoint_dir`; returns (items held, samples of 3 served)."""
+    restored = server.start_server(
+        [_ratio_table(signature)], checkpoint_dir=checkpoint_dir, reset_rate_limiters=reset
+    )
+    try:
+        address = f'localhost:{restored.port}'
+        size = reverb.Client(address).server_info()[_TABLE].current_size
+        return size, _count_samples(address, limit=3, timeout_ms=timeout_ms)
+    finally:
+        restored.stop()
+
+
 def test_restored_server_serves_samples_though_its_limiter_had_blocked_them(tmp_path):
     episodes = rlds_builders.make_rlds([rlds_builders.make_episode(4)])  # 3 items.
     signature = tables.signature_for(items.TwoStep(), episodes)
@@ -201,23 +214,9 @@ def test_restored_server_serves_samples_though_its_limiter_had_blocked_them(tmp_
     finally:
         first.stop()
     # Restored as Reverb does it, the limiter's counters block every sample.
-    as_saved = server.start_server(
-        [_ratio_table(signature)], checkpoint_dir=tmp_path, reset_rate_limiters=False
-    )
-    try:
-        address = f'localhost:{as_saved.port}'
-        assert reverb.Client(address).server_info()[_TABLE].current_size == 3
-        assert _count_samples(address, limit=3, timeout_ms=1_000) == 0
-    finally:
-        as_saved.stop()
+    assert _restore_and_sample(signature, tmp_path, reset=False, timeout_ms=1_000) == (3, 0)
     # By default start_server resets the counters first, and the restored table serves.
-    restored = server.start_server([_ratio_table(signature)], checkpoint_dir=tmp_path)
-    try:
-        address = f'localhost:{restored.port}'
-        assert reverb.Client(address).server_info()[_TABLE].current_size == 3
-        assert _count_samples(address, limit=3, timeout_ms=5_000) == 3
-    finally:
-        restored.stop()
+    assert _restore_and_sample(signature, tmp_path, reset=True, timeout_ms=5_000) == (3, 3)
     assert checkpoints.reset_rate_limiters(tmp_path) == []  # Nothing left to lower.
 
 
