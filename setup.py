@@ -37,5 +37,5 @@ setuptools.setup(
     extras_require={
         'test': ['pytest', 'ruff', 'nbclient', 'nbformat', 'ipykernel'],
     },
-    entry_points={'console_scripts': ['rlds-reverb=rlds_reverb.cli:main']},
+    entry_points={'console_scripts': ['rlds-reverb=rlds_reverb.cli:run']},
 )

@@ -1,14 +1,14 @@
 """Adders: per-episode transforms of RLDS datasets, each a `dataset -> dataset` function.
 
 Every public transform is a factory; apply its result to an RLDS dataset (see
-`rlds_reverb.types`) with `tf.data.Dataset.apply`:
+`rlds_reverb.core.types`) with `tf.data.Dataset.apply`:
 
     episodes.apply(adders.n_step(3, 0.99))
     episodes.apply(adders.gae(0.99, 0.95, value_fn=critic)).apply(adders.sequences(64))
 
 A transform keeps every step field and adds its own, working on whole `[T, ...]` episode
 tensors. It also accepts the faster episode-tensor form
-(`rlds_reverb.episodes.to_episode_tensors`) and returns the form it was given.
+(`rlds_reverb.core.episodes.to_episode_tensors`) and returns the form it was given.
 
 | transform | adds |
 | --- | --- |
@@ -24,7 +24,7 @@ from adders.nstep import add_n_step_fields, n_step
 from adders.sequences import sequences
 from adders.stacking import stack_frames, stack_observations
 from adders.transitions import to_dqn_transitions
-from rlds_reverb.types import EndBehavior
+from rlds_reverb.core.types import EndBehavior
 
 __all__ = [
     'EndBehavior',

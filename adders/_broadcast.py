@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from rlds_reverb import types
+from rlds_reverb.core import types
 
 
 def broadcast_structure(x: types.Nest, template: types.Nest, *, what: str) -> types.Nest:

@@ -2,9 +2,9 @@
 
 A transform accepts two forms of episode datasets and returns the form it was given:
 
-- an *RLDS dataset* (see `rlds_reverb.types`): episodes holding a nested `steps` dataset;
+- an *RLDS dataset* (see `rlds_reverb.core.types`): episodes holding a nested `steps` dataset;
   episode-level fields are kept as they are;
-- an *episode-tensor dataset*, as `rlds_reverb.episodes.to_episode_tensors` returns: one
+- an *episode-tensor dataset*, as `rlds_reverb.core.episodes.to_episode_tensors` returns: one
   element per episode, the steps as a dict of `[T, ...]` tensors. This form skips the
   per-step slicing of nested datasets and is several times faster; transforms chain on it.
 """
@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from rlds_reverb import episodes, types
+from rlds_reverb.core import episodes, types
 
 
 def is_rlds(dataset: tf.data.Dataset) -> bool:
@@ -38,7 +38,7 @@ def get_step_spec(dataset: tf.data.Dataset, *, transform: str) -> dict[str, type
     if not isinstance(spec, dict) or types.IS_FIRST not in spec:
         raise ValueError(
             f'{transform} expects an RLDS dataset or a dataset of whole-episode step tensors '
-            f'(rlds_reverb.episodes.to_episode_tensors); got elements {spec}.'
+            f'(rlds_reverb.core.episodes.to_episode_tensors); got elements {spec}.'
         )
     return tf.nest.map_structure(lambda s: tf.TensorSpec(s.shape[1:], s.dtype), spec)
 
@@ -59,7 +59,7 @@ def require_fields(
 
 
 def warn_if_no_discount(step_spec: dict[str, types.SpecNest], *, transform: str) -> None:
-    """Warns that a missing `discount` field is taken as 1.0 on every step (DESIGN §3.1)."""
+    """Warns that a missing `discount` field is taken as 1.0 on every step (docs/semantics.md §1)."""
     if types.DISCOUNT not in step_spec:
         warnings.warn(
             f'{transform}: the steps have no {types.DISCOUNT!r} field; using 1.0 on every step.',
@@ -215,12 +215,3 @@ def _flatten_episodes(batch: types.Step):
 def to_steps_tensors(dataset: tf.data.Dataset) -> tf.data.Dataset:
     """Returns the episode-tensor form of an RLDS or episode-tensor dataset."""
     return episodes.to_episode_tensors(dataset) if is_rlds(dataset) else dataset
-
-
-def expand_to(mask: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
-    """Reshapes a `[T]` tensor to `[T, 1, ..., 1]` so that it broadcasts against `like`."""
-    if like.shape.rank == 1:
-        return mask
-    return tf.reshape(
-        mask, tf.concat([tf.shape(mask), tf.ones([like.shape.rank - 1], tf.int32)], 0)
-    )

@@ -1,4 +1,4 @@
-"""Generalized advantage estimation as new step fields (DESIGN §3.5).
+"""Generalized advantage estimation as new step fields (docs/semantics.md §5).
 
 With values V_t, L the index of the last step and, for t < L,
 
@@ -26,8 +26,8 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from adders import _broadcast, _checks, _episode, _recurrence
-from rlds_reverb import types
+from adders import _broadcast, _episode, _recurrence
+from rlds_reverb.core import checks, episodes, types
 
 ValueFn = Callable[[types.Nest], types.Nest]
 
@@ -74,9 +74,9 @@ def gae(
       tf.errors.InvalidArgumentError: While iterating, if `value_fn` returns a number of
         values other than the number of steps of an episode.
     """
-    gamma = _checks.check_unit_interval(gamma, argument='gamma')
-    lambda_ = _checks.check_unit_interval(lambda_, argument='lambda_')
-    episodes_per_call = _checks.check_int_at_least(
+    gamma = checks.check_unit_interval(gamma, argument='gamma')
+    lambda_ = checks.check_unit_interval(lambda_, argument='lambda_')
+    episodes_per_call = checks.check_int_at_least(
         episodes_per_call, 1, argument='episodes_per_call'
     )
     if value_fn is not None and value_field is not None:
@@ -195,8 +195,8 @@ def _as_value_leaf(value, reward: tf.Tensor, length: tf.Tensor, source: str) -> 
 
 def _gae_leaf(r, d, v, bounds: _episode.Bounds, gamma: float, lambda_: float):
     """Returns (advantage, return, value used) for one reward leaf, all `[N, ...]`."""
-    at_last = _episode.expand_to(tf.equal(bounds.t, bounds.last), v)
-    terminal = _episode.expand_to(bounds.terminal, v)
+    at_last = episodes.expand_like(tf.equal(bounds.t, bounds.last), v)
+    terminal = episodes.expand_like(bounds.terminal, v)
     v = tf.where(tf.logical_and(at_last, terminal), tf.zeros_like(v), v)
     next_v = tf.concat([v[1:], tf.zeros_like(v[:1])], axis=0)
     # The last step has no delta, and a zero factor so nothing flows in from the next episode.

@@ -1,4 +1,4 @@
-"""N-step transitions as new step fields (DESIGN §3.4).
+"""N-step transitions as new step fields (docs/semantics.md §4).
 
 For each step t < L of an episode (L the index of its last step), with k = min(n, L - t):
 
@@ -20,8 +20,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from adders import _broadcast, _checks, _episode
-from rlds_reverb import types
+from adders import _broadcast, _episode
+from rlds_reverb.core import checks, episodes, types
 
 _ADDED_FIELDS = (
     types.N_STEP_RETURN,
@@ -58,9 +58,9 @@ def n_step(n: int, gamma: float, *, episodes_per_call: int = 1):
         (when applied) the steps lack `observation`, `reward` or `is_terminal`, or already
         hold an added field.
     """
-    n = _checks.check_int_at_least(n, 1, argument='n')
-    gamma = _checks.check_unit_interval(gamma, argument='gamma')
-    episodes_per_call = _checks.check_int_at_least(
+    n = checks.check_int_at_least(n, 1, argument='n')
+    gamma = checks.check_unit_interval(gamma, argument='gamma')
+    episodes_per_call = checks.check_int_at_least(
         episodes_per_call, 1, argument='episodes_per_call'
     )
 
@@ -101,9 +101,7 @@ def compute_n_step_fields(
     ]
     valid = length > 0
     next_index = tf.where(valid, t + length, t)
-    next_observation = tf.nest.map_structure(
-        lambda o: _masked_gather(o, next_index, valid), steps[types.OBSERVATION]
-    )
+    next_observation = episodes.gather_windows(steps[types.OBSERVATION], next_index, valid)
     return {
         **steps,
         types.N_STEP_RETURN: tf.nest.pack_sequence_as(rewards, [p[0] for p in pairs]),
@@ -115,19 +113,19 @@ def compute_n_step_fields(
 
 def _n_step_return(r, d, cut, length, n, gamma):
     """Returns (R, D) for one reward leaf; `[N, ...]` r and d of equal shape."""
-    d = tf.where(_episode.expand_to(cut, d), tf.zeros_like(d), d)
+    d = tf.where(episodes.expand_like(cut, d), tf.zeros_like(d), d)
     total = tf.zeros_like(r)
     weight = tf.ones_like(r)  # gamma^i prod_{j<i} d_{t+j}
     product = tf.ones_like(d)  # prod_{j<i} d_{t+j}
     for i in range(n):  # n shifted whole-stream ops, not a per-step loop
-        inside = _episode.expand_to(i < length, r)  # term i belongs to the transition
+        inside = episodes.expand_like(i < length, r)  # term i belongs to the transition
         total += tf.where(inside, weight * _shift(r, i, 0.0), tf.zeros_like(r))
         d_i = tf.where(inside, _shift(d, i, 1.0), tf.ones_like(d))
         product *= d_i
         weight *= gamma * d_i
-    exponent = tf.cast(_episode.expand_to(tf.maximum(length - 1, 0), r), r.dtype)
+    exponent = tf.cast(episodes.expand_like(tf.maximum(length - 1, 0), r), r.dtype)
     discount = tf.pow(tf.constant(gamma, r.dtype), exponent) * product
-    discount = tf.where(_episode.expand_to(length > 0, d), discount, tf.zeros_like(d))
+    discount = tf.where(episodes.expand_like(length > 0, d), discount, tf.zeros_like(d))
     return total, discount
 
 
@@ -137,9 +135,3 @@ def _shift(x: tf.Tensor, i: int, fill: float) -> tf.Tensor:
         return x
     tail = tf.fill(tf.concat([[i], tf.shape(x)[1:]], 0), tf.constant(fill, x.dtype))
     return tf.concat([x, tail], axis=0)[i:]
-
-
-def _masked_gather(x: tf.Tensor, index: tf.Tensor, valid: tf.Tensor) -> tf.Tensor:
-    """Returns x[index] along axis 0, zero where not `valid`."""
-    gathered = tf.gather(x, index)
-    return tf.where(_episode.expand_to(valid, gathered), gathered, tf.zeros_like(gathered))

@@ -1,4 +1,4 @@
-"""Fixed-length windows of steps (DESIGN §3.6).
+"""Fixed-length windows of steps (docs/semantics.md §6).
 
 Windows of `length` steps start every `period` steps of an episode (at 0, period,
 2 period, ...). Every step inside the episode is covered by full windows except perhaps a
@@ -37,8 +37,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from adders import _checks, _episode
-from rlds_reverb import types
+from adders import _episode
+from rlds_reverb.core import checks, episodes, types
 
 
 def sequences(
@@ -70,14 +70,14 @@ def sequences(
         names no `EndBehavior`, or (when applied) the steps already hold `mask` or
         `is_burn_in`.
     """
-    length = _checks.check_int_at_least(length, 1, argument='length')
-    burn_in = _checks.check_int_at_least(burn_in, 0, argument='burn_in')
+    length = checks.check_int_at_least(length, 1, argument='length')
+    burn_in = checks.check_int_at_least(burn_in, 0, argument='burn_in')
     if burn_in >= length:
         raise ValueError(
             f'burn_in={burn_in} is not valid; expected 0 <= burn_in < length={length}.'
         )
     period = length - burn_in if period is None else period
-    period = _checks.check_int_at_least(period, 1, argument='period')
+    period = checks.check_int_at_least(period, 1, argument='period')
     end = types.as_enum(types.EndBehavior, end, argument='end')
 
     def _transform(dataset: tf.data.Dataset) -> tf.data.Dataset:
@@ -138,16 +138,7 @@ def gather_window_steps(
 ) -> types.Step:
     """Returns steps at `[W, length]` indices; indices >= size become null steps."""
     valid = index < size
-    safe = tf.where(valid, index, tf.zeros_like(index))
-
-    def _gather(x: tf.Tensor) -> tf.Tensor:
-        gathered = tf.gather(x, safe)
-        mask = tf.reshape(
-            valid, tf.concat([tf.shape(valid), tf.ones([x.shape.rank - 1], tf.int32)], 0)
-        )
-        return tf.where(mask, gathered, tf.zeros_like(gathered))
-
-    windows = tf.nest.map_structure(_gather, steps)
+    windows = episodes.gather_windows(steps, tf.where(valid, index, tf.zeros_like(index)), valid)
     position = tf.broadcast_to(tf.range(tf.shape(index)[1])[None, :], tf.shape(index))
     return {**windows, types.MASK: valid, types.IS_BURN_IN: position < burn_in}
 

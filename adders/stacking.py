@@ -1,4 +1,4 @@
-"""Frame stacking (DESIGN §3.7), as Tianshou's `stack_num`.
+"""Frame stacking (docs/semantics.md §7), as Tianshou's `stack_num`.
 
 The observation of step t becomes the last k observations of its episode,
 [o_{t-k+1}, ..., o_t], along a new *leading* axis (oldest first; `[k, ...]` per step, so
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from adders import _checks, _episode
-from rlds_reverb import types
+from adders import _episode
+from rlds_reverb.core import checks, types
 
 
 def stack_frames(k: int, *, episodes_per_call: int = 1):
@@ -33,8 +33,8 @@ def stack_frames(k: int, *, episodes_per_call: int = 1):
       ValueError: If `k` < 1, `episodes_per_call` < 1, or (when applied) the steps hold no
         `observation`.
     """
-    k = _checks.check_int_at_least(k, 1, argument='k')
-    episodes_per_call = _checks.check_int_at_least(
+    k = checks.check_int_at_least(k, 1, argument='k')
+    episodes_per_call = checks.check_int_at_least(
         episodes_per_call, 1, argument='episodes_per_call'
     )
 

@@ -19,7 +19,7 @@ from tf_agents.trajectories import policy_step, trajectory
 from tf_agents.trajectories import time_step as ts
 
 from adders import _episode
-from rlds_reverb import types
+from rlds_reverb.core import types
 
 _NEEDED = (
     types.OBSERVATION,
@@ -75,29 +75,75 @@ def _step_types(is_first: tf.Tensor, is_last: tf.Tensor) -> tf.Tensor:
     )
 
 
+def make_n_step_transitions(
+    observation: types.Nest,
+    action: types.Nest,
+    n_step_return: types.Nest,
+    n_step_discount: types.Nest,
+    next_observation: types.Nest,
+    *,
+    step_type: tf.Tensor | None = None,
+    next_step_type: tf.Tensor | None = None,
+    discount: tf.Tensor | None = None,
+) -> trajectory.Transition:
+    """Returns the TF-Agents `Transition`s of a batch of n-step transitions (`[N, ...]`).
+
+    The one builder of n-step `Transition`s: `to_dqn_transitions` (from episodes) and the
+    demo learner (from Reverb items) both use it. The next time step carries
+    `n_step_return` as reward and `n_step_discount` (one gamma fewer, float32) as discount,
+    so `DqnAgent`'s target R + gamma * D * Q(o') is the n-step target.
+
+    Args:
+      observation: o_t.
+      action: a_t.
+      n_step_return: R.
+      n_step_discount: D.
+      next_observation: o_{t+k}.
+      step_type: The step type of o_t (MID when None).
+      next_step_type: The step type of o_{t+k} (MID when None).
+      discount: The (unknown, zero) discount of the first time step; zeros shaped like D
+        when None.
+
+    Returns:
+      A `Transition` of `[N, ...]` leaves.
+
+    Example:
+      >>> make_n_step_transitions(obs, action, ret, disc, next_obs)
+    """
+    next_discount = tf.nest.map_structure(lambda d: tf.cast(d, tf.float32), n_step_discount)
+    mid = tf.fill(tf.shape(tf.nest.flatten(n_step_return)[0])[:1], ts.StepType.MID)
+    time_step = ts.TimeStep(
+        step_type=mid if step_type is None else step_type,
+        reward=tf.nest.map_structure(tf.zeros_like, n_step_return),
+        discount=tf.nest.map_structure(tf.zeros_like, next_discount)
+        if discount is None
+        else discount,
+        observation=observation,
+    )
+    next_time_step = ts.TimeStep(
+        step_type=mid if next_step_type is None else next_step_type,
+        reward=n_step_return,
+        discount=next_discount,
+        observation=next_observation,
+    )
+    action_step = policy_step.PolicyStep(action=action, state=(), info=())
+    return trajectory.Transition(time_step, action_step, next_time_step)
+
+
 def episode_transitions(steps: types.Step) -> trajectory.Transition:
     """Returns the `[N, ...]` `Transition`s of one episode's `[T, ...]` n-step steps."""
     starts = steps[types.N_STEP_LENGTH] > 0
     t = tf.range(tf.shape(starts)[0])
     last = tf.shape(starts)[0] - 1
     next_is_last = tf.equal(t + steps[types.N_STEP_LENGTH], last)
-    step_type = _step_types(steps[types.IS_FIRST], steps[types.IS_LAST])
-    next_step_type = tf.where(next_is_last, ts.StepType.LAST, ts.StepType.MID)
-    discount = tf.cast(steps[types.DISCOUNT], tf.float32)
-    time_step = ts.TimeStep(
-        step_type=step_type,
-        reward=tf.nest.map_structure(tf.zeros_like, steps[types.N_STEP_RETURN]),
-        discount=tf.zeros_like(discount),
-        observation=steps[types.OBSERVATION],
+    transition = make_n_step_transitions(
+        steps[types.OBSERVATION],
+        steps[types.ACTION],
+        steps[types.N_STEP_RETURN],
+        steps[types.N_STEP_DISCOUNT],
+        steps[types.NEXT_OBSERVATION],
+        step_type=_step_types(steps[types.IS_FIRST], steps[types.IS_LAST]),
+        next_step_type=tf.where(next_is_last, ts.StepType.LAST, ts.StepType.MID),
+        discount=tf.zeros_like(tf.cast(steps[types.DISCOUNT], tf.float32)),
     )
-    next_time_step = ts.TimeStep(
-        step_type=next_step_type,
-        reward=steps[types.N_STEP_RETURN],
-        discount=tf.nest.map_structure(
-            lambda d: tf.cast(d, tf.float32), steps[types.N_STEP_DISCOUNT]
-        ),
-        observation=steps[types.NEXT_OBSERVATION],
-    )
-    action_step = policy_step.PolicyStep(action=steps[types.ACTION], state=(), info=())
-    transition = trajectory.Transition(time_step, action_step, next_time_step)
     return tf.nest.map_structure(lambda x: tf.boolean_mask(x, starts), transition)

@@ -1,7 +1,7 @@
 """N-step and GAE transforms: ours (tf.data) vs a per-step Python adder vs vectorized NumPy.
 
 All three read the same synthetic HalfCheetah-like episodes (observation float32[17],
-action float32[6], float32 reward and discount, 1,000 steps; DESIGN §5) plus a float32
+action float32[6], float32 reward and discount, 1,000 steps) plus a float32
 `value` per step, already in memory, and compute `n_step(3, 0.99)` and `gae(0.99, 0.95)`:
 
 - ours: `adders.n_step` / `adders.gae` on whole-episode tensors
@@ -38,9 +38,9 @@ import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 import adders  # noqa: E402
-from rlds_reverb import episodes as episodes_lib  # noqa: E402
-from rlds_reverb import types  # noqa: E402
-from rlds_reverb.datasets.synthetic import make_synthetic_episodes  # noqa: E402
+from rlds_reverb.core import episodes as episodes_lib  # noqa: E402
+from rlds_reverb.core import types  # noqa: E402
+from rlds_reverb.data.synthetic import make_synthetic_episodes  # noqa: E402
 
 _LENGTH = 1000
 _BATCH = 16

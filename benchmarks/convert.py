@@ -1,7 +1,7 @@
 """RLDS -> batched TF-Agents trajectories: TF-Agents' converter vs ours, same data, one process.
 
 Both converters read the same synthetic HalfCheetah-like RLDS (observation float32[17],
-action float32[6], 1,000-step episodes; DESIGN §5) and are consumed in batches of 256.
+action float32[6], 1,000-step episodes) and are consumed in batches of 256.
 Each pipeline is built (maps traced) before its timing starts, and the best of `--repeats`
 iterations counts. Run: `.venv/bin/python -m benchmarks.convert [--episodes N] [--image]`.
 """
@@ -17,8 +17,8 @@ import tensorflow as tf
 from tf_agents.replay_buffers import rlds_to_reverb as tfa_rlds
 
 from benchmarks.common import measure_steps_per_second, print_row
-from rlds_reverb import convert
-from rlds_reverb.datasets.synthetic import make_synthetic_episodes
+from rlds_reverb.data.synthetic import make_synthetic_episodes
+from rlds_reverb.transform import convert
 
 _BATCH = 256
 

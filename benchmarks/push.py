@@ -1,7 +1,7 @@
 """RLDS -> Reverb two-step items: TF-Agents vs a raw StructuredWriter loop vs ours.
 
 All three push the same synthetic HalfCheetah-like RLDS (observation float32[17], action
-float32[6], 1,000-step episodes; DESIGN §5) into a uniform table of a local Reverb server in
+float32[6], 1,000-step episodes) into a uniform table of a local Reverb server in
 this process:
 
 * TF-Agents: `rlds_to_reverb.push_rlds_to_reverb` with
@@ -9,7 +9,7 @@ this process:
 * raw: the ceiling, a hand-written `StructuredWriter` loop over whole-episode trajectories
   from the (vectorized) converter, flattened once per episode: `writer.append` per step with
   ours' flush schedule, `end_episode` per episode;
-* ours: `rlds_reverb.writers.push(item=items.TwoStep())`.
+* ours: `rlds_reverb.write.push.push(item=items.TwoStep())`.
 
 Then: `--workers 2` (two processes pushing dataset shards into one server) vs one, and
 restoring a seeded server from its checkpoint vs pushing again.
@@ -32,8 +32,11 @@ from tf_agents.replay_buffers import reverb_utils
 from tf_agents.replay_buffers import rlds_to_reverb as tfa_rlds
 
 from benchmarks.common import print_row
-from rlds_reverb import convert, items, server, tables, writers
-from rlds_reverb.datasets.synthetic import make_synthetic_episodes
+from rlds_reverb.data.synthetic import make_synthetic_episodes
+from rlds_reverb.serve import tables
+from rlds_reverb.transform import convert, items
+from rlds_reverb.write import push as writers
+from rlds_reverb.write import seed
 
 _LENGTH = 1000
 _EVERY = 8  # Ours' flush schedule for its default 48 items in flight.
@@ -139,11 +142,11 @@ def _time_workers(num_episodes: int, workers: int) -> tuple[float, float]:
 def _time_restore(data) -> tuple[float, float, float]:
     """Returns (push seconds, seed seconds: count + push + checkpoint, restore seconds)."""
     with tempfile.TemporaryDirectory() as directory:
-        seeded = server.seed_server(data, checkpoint_dir=directory)
+        seeded = seed.seed_server(data, checkpoint_dir=directory)
         seeded.server.stop()
-        restored = server.seed_server(data, checkpoint_dir=directory)
+        restored = seed.seed_server(data, checkpoint_dir=directory)
         restored.server.stop()
-        if restored.outcome is not server.SeedOutcome.RESTORED or restored.items != seeded.items:
+        if restored.outcome is not seed.SeedOutcome.RESTORED or restored.items != seeded.items:
             raise RuntimeError('restore did not bring back the seeded items')
     return seeded.stats.seconds, seeded.seconds, restored.seconds
 

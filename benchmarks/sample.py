@@ -1,7 +1,7 @@
 """Prioritized sampling for learners: TF-Agents' ReverbReplayBuffer vs our LearnerDataset.
 
 Both read the same prioritized table (priority exponent 0.6) of 20,000 two-step items of
-the HalfCheetah-like spec (observation float32[17], action float32[6]; DESIGN §5), seeded
+the HalfCheetah-like spec (observation float32[17], action float32[6]), seeded
 with `writers.push(item=items.TwoStep())` from synthetic RLDS episodes, in this process:
 
 * TF-Agents: `ReverbReplayBuffer.as_dataset(sample_batch_size=256, num_steps=2)` (the anchor);
@@ -31,8 +31,11 @@ import reverb  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tf_agents.replay_buffers import reverb_replay_buffer  # noqa: E402
 
-from rlds_reverb import items, sampling, tables, writers  # noqa: E402
-from rlds_reverb.datasets.synthetic import make_synthetic_episodes  # noqa: E402
+from rlds_reverb.data.synthetic import make_synthetic_episodes  # noqa: E402
+from rlds_reverb.learn import sampling  # noqa: E402
+from rlds_reverb.serve import tables  # noqa: E402
+from rlds_reverb.transform import items  # noqa: E402
+from rlds_reverb.write import push as writers  # noqa: E402
 
 TABLE = 'prioritized'
 NUM_ITEMS = 20_000

@@ -1,50 +1,74 @@
 """rlds-reverb: RLDS datasets to TF-Agents trajectories in Reverb tables, fast.
 
-See `rlds_reverb.types` for what an RLDS dataset is here. Modules are named by concern
-(`loading`, `validation`, `convert`, ...) so that the functions exported here never shadow
-them.
+The package is arranged by role, in the order data flows through it:
+
+    core/       vocabulary (field names, enums), errors, argument checks, specs, episode tensors
+    data/       open RLDS datasets, validate and describe them; the embedded CartPole data
+    transform/  two-step trajectories (TF-Agents drop-in), item kinds, per-episode write plans
+    write/      push into Reverb (writer engines), observers, resumable pushes, seeding
+    serve/      table presets and lookups, servers, checkpoints
+    learn/      learner datasets: mixing, importance weights, priority updates
+    cli/        the `rlds-reverb` command line
+    examples/   the demo agent (offline CQL-DQN from Reverb)
+
+The top-level `adders` package holds the `tf.data` transforms (n-step, GAE, sequences,
+frame stacking); it builds on `core` only.
+
+The names below are the public API. They load on first use, so that `import rlds_reverb`
+(and the command line) starts without importing TensorFlow until something needs it. See
+`rlds_reverb.core.types` for what an RLDS dataset is here.
 """
 
-from rlds_reverb import checkpoints, items, observers, priorities, sampling, tables
-from rlds_reverb.convert import convert_rlds_to_trajectories
-from rlds_reverb.errors import (
-    InvalidEpisodeError,
-    RldsReverbError,
-    SourceError,
-    SourceNotFoundError,
-    SpecMismatchError,
-)
-from rlds_reverb.loading import load
-from rlds_reverb.server import seed_server
-from rlds_reverb.specs import create_trajectory_data_spec, get_rlds_step_features
-from rlds_reverb.types import EndBehavior, ValidationMode
-from rlds_reverb.validation import ValidationReport, validate
-from rlds_reverb.version import __version__
-from rlds_reverb.writers import PushStats, push, push_rlds_to_reverb
+from __future__ import annotations
 
-__all__ = [
-    'EndBehavior',
-    'PushStats',
-    'InvalidEpisodeError',
-    'RldsReverbError',
-    'SourceError',
-    'SourceNotFoundError',
-    'SpecMismatchError',
-    'ValidationMode',
-    'ValidationReport',
-    '__version__',
-    'convert_rlds_to_trajectories',
-    'create_trajectory_data_spec',
-    'get_rlds_step_features',
-    'checkpoints',
-    'items',
-    'load',
-    'observers',
-    'priorities',
-    'push',
-    'push_rlds_to_reverb',
-    'sampling',
-    'seed_server',
-    'tables',
-    'validate',
-]
+import importlib
+from typing import Any
+
+from rlds_reverb.core import deprecation
+from rlds_reverb.version import __version__
+
+deprecation.install_moved_module_finder()  # The 0.1 module paths keep working until 0.3.
+
+# Public name -> 'module' (the module itself) or 'module:attribute'.
+_EXPORTS = {
+    # Modules that are part of the public API under short names (`deprecation.PUBLIC_ALIASES`
+    # makes `import rlds_reverb.items` work too).
+    **{old.rpartition('.')[2]: new for old, new in deprecation.PUBLIC_ALIASES.items()},
+    # Functions and classes.
+    'EndBehavior': 'rlds_reverb.core.types:EndBehavior',
+    'ValidationMode': 'rlds_reverb.core.types:ValidationMode',
+    'InvalidEpisodeError': 'rlds_reverb.core.errors:InvalidEpisodeError',
+    'RldsReverbError': 'rlds_reverb.core.errors:RldsReverbError',
+    'SourceError': 'rlds_reverb.core.errors:SourceError',
+    'SourceNotFoundError': 'rlds_reverb.core.errors:SourceNotFoundError',
+    'SpecMismatchError': 'rlds_reverb.core.errors:SpecMismatchError',
+    'create_trajectory_data_spec': 'rlds_reverb.core.specs:create_trajectory_data_spec',
+    'get_rlds_step_features': 'rlds_reverb.core.specs:get_rlds_step_features',
+    'load': 'rlds_reverb.data.loading:load',
+    'validate': 'rlds_reverb.data.validation:validate',
+    'ValidationReport': 'rlds_reverb.data.validation:ValidationReport',
+    'convert_rlds_to_trajectories': 'rlds_reverb.transform.convert:convert_rlds_to_trajectories',
+    'PushStats': 'rlds_reverb.write.push:PushStats',
+    'push': 'rlds_reverb.write.push:push',
+    'push_rlds_to_reverb': 'rlds_reverb.write.push:push_rlds_to_reverb',
+    'seed_server': 'rlds_reverb.write.seed:seed_server',
+}
+
+__all__ = ['__version__', *sorted(_EXPORTS)]
+
+
+def __getattr__(name: str) -> Any:
+    """Imports a public name on first use (PEP 562) and caches it in the module."""
+    target = _EXPORTS.get(name)
+    if target is None:
+        raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+    module_name, _, attribute = target.partition(':')
+    value = importlib.import_module(module_name)
+    if attribute:
+        value = getattr(value, attribute)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_EXPORTS))

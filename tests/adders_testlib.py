@@ -7,8 +7,8 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import tensorflow as tf
 
-from rlds_reverb import episodes as episodes_lib
-from rlds_reverb import types
+from rlds_reverb.core import episodes as episodes_lib
+from rlds_reverb.core import types
 
 
 def to_arrays(x, dtype=np.float32):

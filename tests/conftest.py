@@ -11,8 +11,8 @@ import pathlib  # noqa: E402
 import pytest  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
-from rlds_reverb.datasets import cartpole  # noqa: E402
-from rlds_reverb.loading import load  # noqa: E402
+from rlds_reverb.data import cartpole  # noqa: E402
+from rlds_reverb.data.loading import load  # noqa: E402
 
 # 12 episodes of seed 0: 4 truncated at 500 steps, 8 terminated (returns 19 to 250).
 CARTPOLE_ARGS = {'num_episodes': 12, 'seed': 0, 'episodes_per_shard': 5}

@@ -12,7 +12,9 @@ import pytest
 import reverb
 import tensorflow as tf
 
-from rlds_reverb import items, tables, types
+from rlds_reverb.core import types
+from rlds_reverb.serve import tables
+from rlds_reverb.transform import items
 from tests import rlds_builders
 from tests.cases import reverb_cases
 

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from rlds_reverb import types
+from rlds_reverb.core import types
 
 
 def make_flags(length: int, *, terminal: bool) -> dict[str, np.ndarray]:

@@ -7,7 +7,7 @@ import pytest
 import tensorflow as tf
 
 import adders
-from rlds_reverb import types
+from rlds_reverb.core import types
 from tests import adders_testlib as lib
 
 

@@ -1,7 +1,7 @@
 """Every adder against a plain NumPy loop on random episodes, and against TF-Agents.
 
 The references below are deliberately naive (one Python step at a time, straight from the
-formulas of DESIGN §3.4-3.7) so that they are obviously right.
+formulas of docs/semantics.md §4-§7) so that they are obviously right.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from tf_agents.trajectories import trajectory
 from tf_agents.utils import common, value_ops
 
 import adders
-from rlds_reverb import types
+from rlds_reverb.core import types
 from tests import adders_testlib as lib
 
 # --- Random episodes -----------------------------------------------------------------------

@@ -6,8 +6,9 @@ import numpy as np
 import pytest
 import tensorflow_datasets as tfds
 
-from rlds_reverb import cli, types
-from rlds_reverb.datasets import tfds_writer
+from rlds_reverb import cli
+from rlds_reverb.core import types
+from rlds_reverb.data import tfds_writer
 from tests import rlds_builders
 
 
@@ -61,7 +62,7 @@ def test_validate_reports_problems_and_exits_non_zero(invalid_dir, capsys):
 
 
 def test_validate_raise_mode_gives_one_line_error_without_traceback(invalid_dir):
-    result = rlds_builders.run_cli('validate', str(invalid_dir), '--mode', 'raise')
+    result = rlds_builders.run_cli('validate', str(invalid_dir), '--on-invalid', 'raise')
     assert result.returncode == 1
     assert 'Episode 1 is invalid' in result.stderr
     assert 'Traceback' not in result.stderr

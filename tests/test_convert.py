@@ -6,7 +6,8 @@ import tensorflow as tf
 from tf_agents.replay_buffers import rlds_to_reverb as tfa_rlds
 
 import rlds_reverb
-from rlds_reverb import convert, errors, types
+from rlds_reverb.core import errors, types
+from rlds_reverb.transform import convert
 from tests import rlds_builders
 from tests.cases import convert_cases
 
@@ -204,7 +205,7 @@ def test_skip_mode_drops_invalid_episodes_whole():
     dataset = rlds_builders.make_rlds(
         [rlds_builders.make_episode(2), bad, rlds_builders.make_episode(4)]
     )
-    got = list(rlds_reverb.convert_rlds_to_trajectories(dataset, mode='skip'))
+    got = list(rlds_reverb.convert_rlds_to_trajectories(dataset, on_invalid='skip'))
     assert len(got) == 6
 
 
@@ -235,13 +236,13 @@ def test_inconsistent_shapes_between_episodes_are_named():
         match=r'episode 1, step 0, field observation, rule consistent_shape: .*\[2\]',
     ):
         list(rlds_reverb.convert_rlds_to_trajectories(dataset))
-    assert len(list(rlds_reverb.convert_rlds_to_trajectories(dataset, mode='skip'))) == 2
+    assert len(list(rlds_reverb.convert_rlds_to_trajectories(dataset, on_invalid='skip'))) == 2
 
 
 def test_report_mode_is_refused_by_the_converter():
     dataset = rlds_builders.make_rlds([rlds_builders.make_episode(2)])
-    with pytest.raises(ValueError, match="mode='report' converts nothing"):
-        rlds_reverb.convert_rlds_to_trajectories(dataset, mode='report')
+    with pytest.raises(ValueError, match="on_invalid='report' converts nothing"):
+        rlds_reverb.convert_rlds_to_trajectories(dataset, on_invalid='report')
 
 
 def test_per_episode_conversion_keeps_time_axis():

@@ -11,9 +11,9 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 from tensorflow_datasets.core import example_serializer
 
-from rlds_reverb import types
-from rlds_reverb.datasets import cartpole, synthetic, tfds_writer
-from rlds_reverb.loading import load
+from rlds_reverb.core import types
+from rlds_reverb.data import cartpole, synthetic, tfds_writer
+from rlds_reverb.data.loading import load
 
 SMALL = {'num_episodes': 4, 'seed': 3, 'max_episode_steps': 60}
 

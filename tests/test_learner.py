@@ -12,8 +12,14 @@ from tf_agents.replay_buffers import reverb_replay_buffer
 from tf_agents.specs import tensor_spec
 from tf_agents.trajectories import time_step as ts
 
-from rlds_reverb import demo, items, learner, loading, tables, types, writers
-from rlds_reverb.datasets import cartpole
+from rlds_reverb.cli import demo_command
+from rlds_reverb.core import types
+from rlds_reverb.data import cartpole, loading
+from rlds_reverb.examples import cql_dqn as learner
+from rlds_reverb.examples import demo, plots
+from rlds_reverb.serve import tables
+from rlds_reverb.transform import items
+from rlds_reverb.write import push as writers
 
 OBSERVATION_SPEC = tf.TensorSpec([4], tf.float32, name='observation')
 ACTION_SPEC = tensor_spec.BoundedTensorSpec([], tf.int64, 0, 1, name='action')
@@ -109,7 +115,7 @@ def test_quick_training_from_reverb_lowers_the_loss(episodes, tmp_path):
     # Priorities came back from the TD errors: they differ from the initial 1.0.
     priorities = np.fromiter(history.last_priorities.values(), float)
     assert 0 < priorities.size <= num_items and priorities.std() > 0
-    plot = learner.plot_training(history, behaviour_return=100.0, path=tmp_path / 'p.png')
+    plot = plots.plot_training(history, behaviour_return=100.0, path=tmp_path / 'p.png')
     assert plot.stat().st_size > 10_000
 
 
@@ -142,7 +148,7 @@ def test_two_step_tables_feed_tf_agents_and_our_learner(episodes):
 
 
 def learner_dataset_two_step(server, data_spec):
-    from rlds_reverb import sampling
+    from rlds_reverb.learn import sampling
 
     return sampling.LearnerDataset(
         f'localhost:{server.port}', 'two_step', data_spec=data_spec, batch_size=8, beta=0.5
@@ -151,15 +157,15 @@ def learner_dataset_two_step(server, data_spec):
 
 def test_demo_parser_reads_the_options():
     parser = argparse.ArgumentParser()
-    demo.add_demo_parser(parser.add_subparsers(dest='command'))
+    demo_command.add_demo_parser(parser.add_subparsers(dest='command'))
     args = parser.parse_args(['demo', '--quick', '--seed', '3', '--output-dir', 'out'])
     assert (args.quick, args.seed, args.output_dir, args.data_dir) == (True, 3, 'out', None)
     assert args.handler is not None
 
 
 def test_demo_refuses_an_invalid_dataset(tmp_path, monkeypatch):
-    from rlds_reverb.datasets import tfds_writer
-    from rlds_reverb.errors import InvalidEpisodeError
+    from rlds_reverb.core.errors import InvalidEpisodeError
+    from rlds_reverb.data import tfds_writer
 
     bad = list(cartpole.simulate_episodes(num_episodes=2, seed=0))
     bad[1][types.STEPS][types.IS_FIRST][:] = False  # No first step.

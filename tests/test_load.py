@@ -10,10 +10,10 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from rlds_reverb import types
-from rlds_reverb.datasets import cartpole, tfds_writer
-from rlds_reverb.errors import SourceError, SourceNotFoundError, SpecMismatchError
-from rlds_reverb.loading import find_dataset_directory, load
+from rlds_reverb.core import types
+from rlds_reverb.core.errors import SourceError, SourceNotFoundError, SpecMismatchError
+from rlds_reverb.data import cartpole, tfds_writer
+from rlds_reverb.data.loading import find_dataset_directory, load
 
 NUM_EPISODES = 12
 

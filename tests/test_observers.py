@@ -7,7 +7,8 @@ import pytest
 import tree
 from tf_agents.replay_buffers import reverb_utils
 
-from rlds_reverb import convert, observers
+from rlds_reverb.transform import convert
+from rlds_reverb.write import observers
 from tests.reverb_fixtures import *  # noqa: F403
 from tests.reverb_fixtures import make_case_episodes, read_items
 

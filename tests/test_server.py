@@ -13,7 +13,11 @@ import pytest
 import reverb
 import tree
 
-from rlds_reverb import checkpoints, cli_reverb, errors, items, server
+from rlds_reverb import cli
+from rlds_reverb.core import errors
+from rlds_reverb.serve import checkpoints, tables
+from rlds_reverb.transform import items
+from rlds_reverb.write import seed
 from tests.cases import reverb_cases
 from tests.reverb_fixtures import *  # noqa: F403
 from tests.reverb_fixtures import make_case_episodes, read_items
@@ -24,17 +28,17 @@ def _observations(client, table):
 
 
 def test_checkpoint_round_trip_restores_the_same_items(tmp_path):
-    first = server.seed_server(
+    first = seed.seed_server(
         make_case_episodes(), table='replay', preset='fifo', checkpoint_dir=tmp_path
     )
-    assert (first.outcome, first.items) == (server.SeedOutcome.PUSHED, 5)
+    assert (first.outcome, first.items) == (seed.SeedOutcome.PUSHED, 5)
     assert checkpoints.find_latest_checkpoint(tmp_path) is not None
     first.server.stop()
-    second = server.seed_server(
+    second = seed.seed_server(
         make_case_episodes(), table='replay', preset='fifo', checkpoint_dir=tmp_path
     )
     try:
-        assert (second.outcome, second.items) == (server.SeedOutcome.RESTORED, 5)
+        assert (second.outcome, second.items) == (seed.SeedOutcome.RESTORED, 5)
         client = reverb.Client(second.address)
         restored = [
             tree.map_structure(lambda x: np.asarray(x).tolist(), s.data)
@@ -50,14 +54,14 @@ def test_checkpoint_round_trip_restores_the_same_items(tmp_path):
 
 
 def test_restoring_under_another_table_name_raises(tmp_path):
-    first = server.seed_server(make_case_episodes(), table='replay', checkpoint_dir=tmp_path)
+    first = seed.seed_server(make_case_episodes(), table='replay', checkpoint_dir=tmp_path)
     first.server.stop()
     with pytest.raises(errors.TableError, match="Could not restore .* table 'other'"):
-        server.seed_server(make_case_episodes(), table='other', checkpoint_dir=tmp_path)
+        seed.seed_server(make_case_episodes(), table='other', checkpoint_dir=tmp_path)
 
 
 def test_seed_prioritized_with_n_step_priorities():
-    result = server.seed_server(
+    result = seed.seed_server(
         make_case_episodes(),
         preset='prioritized',
         item=items.NStep(**reverb_cases.N_STEP),
@@ -72,7 +76,7 @@ def test_seed_prioritized_with_n_step_priorities():
 
 def test_unknown_preset_raises():
     with pytest.raises(ValueError, match="table_preset='lifo' is not valid"):
-        server.make_table('lifo', 't', signature=None, max_size=10)
+        tables.make_table('lifo', 't', signature=None, max_size=10)
 
 
 def _start(args, log_path):
@@ -80,7 +84,7 @@ def _start(args, log_path):
     env = {**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '3'}
     with open(log_path, 'a') as log:
         return subprocess.Popen(
-            [sys.executable, '-m', 'rlds_reverb.cli_reverb', *args],
+            [sys.executable, '-m', 'rlds_reverb.cli', *args],
             stdout=subprocess.PIPE,
             stderr=log,
             text=True,
@@ -106,7 +110,7 @@ def _stop(process) -> str:
 
 def _run(args) -> subprocess.CompletedProcess:
     env = {**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '3'}
-    command = [sys.executable, '-m', 'rlds_reverb.cli_reverb', *args]
+    command = [sys.executable, '-m', 'rlds_reverb.cli', *args]
     return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
 
 
@@ -160,23 +164,23 @@ def test_cli_serve_push_and_restore(cartpole_dir, tmp_path):
 
 def test_cli_push_errors_are_one_clear_line(cartpole_dir, reverb_server, capsys):
     address = f'localhost:{reverb_server.port}'
-    code = cli_reverb.main(['push', str(cartpole_dir), '--server', address, '--table', 'x'])
+    code = cli.main(['push', str(cartpole_dir), '--server', address, '--table', 'x'])
     err = capsys.readouterr().err
-    assert code == cli_reverb.EXIT_ERROR
+    assert code == cli.EXIT_ERROR
     assert "rlds-reverb push: error: Could not find table 'x'" in err
     assert 'Traceback' not in err
 
 
 def test_cli_push_debug_shows_the_exception(cartpole_dir):
     with pytest.raises(errors.ReverbConnectionError, match='localhost:1'):
-        cli_reverb.main(
+        cli.main(
             ['push', str(cartpole_dir), '--server', 'localhost:1', '--timeout-ms', '500', '--debug']
         )
 
 
 def test_cli_push_rejects_bad_workers(cartpole_dir, capsys):
-    code = cli_reverb.main(['push', str(cartpole_dir), '--server', 'localhost:1', '--workers', '0'])
-    assert code == cli_reverb.EXIT_ERROR
+    code = cli.main(['push', str(cartpole_dir), '--server', 'localhost:1', '--workers', '0'])
+    assert code == cli.EXIT_ERROR
     assert '--workers=0 is not valid' in capsys.readouterr().err
 
 
@@ -189,5 +193,5 @@ def test_cli_push_rejects_bad_workers(cartpole_dir, capsys):
 )
 def test_cli_push_rejects_bad_resume_options(cartpole_dir, capsys, options, message):
     argv = ['push', str(cartpole_dir), '--server', 'localhost:1', *options]
-    assert cli_reverb.main(argv) == cli_reverb.EXIT_ERROR
+    assert cli.main(argv) == cli.EXIT_ERROR
     assert message in capsys.readouterr().err

@@ -5,7 +5,8 @@ import pytest
 import tensorflow as tf
 
 import rlds_reverb
-from rlds_reverb import errors, specs, stats, types
+from rlds_reverb.core import errors, specs, types
+from rlds_reverb.data import stats
 from tests import rlds_builders
 
 

@@ -7,7 +7,9 @@ import reverb
 from tf_agents.replay_buffers import rlds_to_reverb as tfa_rlds
 from tf_agents.specs import tensor_spec
 
-from rlds_reverb import errors, items, tables
+from rlds_reverb.core import errors
+from rlds_reverb.serve import tables
+from rlds_reverb.transform import items
 from tests.reverb_fixtures import make_case_episodes
 
 

@@ -1,12 +1,12 @@
-"""One test per validation rule (DESIGN §3.2), the modes, the report and the errors."""
+"""One test per validation rule (docs/semantics.md §2), the modes, the report and the errors."""
 
 import numpy as np
 import pytest
 import tensorflow as tf
 
 import rlds_reverb
-from rlds_reverb import errors, types
-from rlds_reverb.validation import Rule
+from rlds_reverb.core import errors, types
+from rlds_reverb.data.validation import Rule
 from tests import rlds_builders
 
 
@@ -18,7 +18,7 @@ def _with(length=4, **fields):
 
 
 def _problems(episodes):
-    report = rlds_reverb.validate(rlds_builders.make_rlds(episodes), mode='report')
+    report = rlds_reverb.validate(rlds_builders.make_rlds(episodes), on_invalid='report')
     return {(p.episode, p.step, p.field, p.rule) for p in report.problems}
 
 
@@ -57,7 +57,7 @@ def test_inconsistent_shapes_are_reported_against_the_first_episode():
     )
     episodes = [rlds_builders.make_episode(2, obs_dim=3), rlds_builders.make_episode(2, obs_dim=4)]
     report = rlds_reverb.validate(
-        rlds_builders.make_rlds_from_generator(episodes, signature), mode='report'
+        rlds_builders.make_rlds_from_generator(episodes, signature), on_invalid='report'
     )
     (problem,) = report.problems
     assert (problem.episode, problem.field, problem.rule) == (
@@ -84,7 +84,7 @@ def test_report_counts_and_rows():
         _with(reward=[np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan][:4]),
         rlds_builders.make_episode(1, terminal=True),
     ]
-    report = rlds_reverb.validate(rlds_builders.make_rlds(episodes), mode='report')
+    report = rlds_reverb.validate(rlds_builders.make_rlds(episodes), on_invalid='report')
     assert (report.valid, report.invalid, report.terminated, report.truncated) == (3, 1, 2, 1)
     assert report.steps == 6 and report.invalid_episodes == [2] and not report.ok
     (problem,) = report.problems
@@ -95,7 +95,7 @@ def test_report_counts_and_rows():
 
 def test_skip_mode_lists_what_would_be_dropped_without_raising():
     episodes = [_with(is_first=[0, 0, 0, 0]), rlds_builders.make_episode(2)]
-    report = rlds_reverb.validate(rlds_builders.make_rlds(episodes), mode='skip')
+    report = rlds_reverb.validate(rlds_builders.make_rlds(episodes), on_invalid='skip')
     assert report.invalid_episodes == [0] and report.valid == 1
 
 
@@ -121,9 +121,11 @@ def test_valid_data_passes_in_raise_mode():
 
 def test_unknown_mode_lists_valid_modes():
     with pytest.raises(
-        ValueError, match="mode='fix' is not valid; expected one of 'raise', 'skip', 'report'"
+        ValueError, match="on_invalid='fix' is not valid; expected one of 'raise', 'skip', 'report'"
     ):
-        rlds_reverb.validate(rlds_builders.make_rlds([rlds_builders.make_episode(2)]), mode='fix')
+        rlds_reverb.validate(
+            rlds_builders.make_rlds([rlds_builders.make_episode(2)]), on_invalid='fix'
+        )
 
 
 def test_non_bool_flags_and_string_rewards_are_spec_errors():

@@ -12,7 +12,11 @@ import tree
 from tf_agents.replay_buffers import reverb_utils
 from tf_agents.replay_buffers import rlds_to_reverb as tfa_rlds
 
-from rlds_reverb import errors, items, observers, types, writers
+from rlds_reverb.core import errors, types
+from rlds_reverb.serve import table_info
+from rlds_reverb.transform import items, plans
+from rlds_reverb.write import observers
+from rlds_reverb.write import push as writers
 from tests.cases import reverb_cases
 from tests.reverb_fixtures import *  # noqa: F403
 from tests.reverb_fixtures import (
@@ -127,8 +131,8 @@ def test_too_long_episode_raises_after_writing_earlier_ones(reverb_client):
 def test_count_items_matches_push(reverb_client):
     for case in reverb_cases.SEQUENCE_CASES:
         item = items.Sequence(case['length'], case['period'], case['end'])
-        assert writers.count_items(make_case_episodes(), item) == len(case['windows'])
-    assert writers.count_items(make_case_episodes(), items.TwoStep()) == 5
+        assert plans.count_items(make_case_episodes(), item) == len(case['windows'])
+    assert plans.count_items(make_case_episodes(), items.TwoStep()) == 5
 
 
 def _make_invalid_episodes():
@@ -207,7 +211,7 @@ def test_invalid_options_raise(reverb_client, kwargs, match):
 
 def test_bad_address_raises():
     with pytest.raises(errors.ReverbConnectionError, match="server='nowhere' is not valid"):
-        writers.connect('nowhere')
+        table_info.connect('nowhere')
 
 
 def test_drop_in_uses_fast_path_for_tf_agents_observer(reverb_client):

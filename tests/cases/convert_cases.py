@@ -1,4 +1,4 @@
-"""Hand-computed two-step trajectory cases (DESIGN §3.3), shared by every converter test.
+"""Hand-computed two-step trajectory cases (docs/semantics.md §3), shared by every converter test.
 
 Each case gives episodes (lists of per-step values) and the expected trajectories, one per
 step, in stream order. Step types: FIRST=0, MID=1, LAST=2. Data only: no logic.

@@ -63,7 +63,7 @@ TWO_STEP_ITEMS = (
     ),  # E2 is truncated: its last discount stays.
 )
 
-# N-step transitions, n=2, gamma=0.5 (DESIGN §3.4).
+# N-step transitions, n=2, gamma=0.5 (docs/semantics.md §4).
 N_STEP = dict(n=2, gamma=0.5)
 N_STEP_ITEMS = (
     # E0 (terminal, so d_1 := 0): R = 0 + .5*1*1, D = .5*1*0; then R = 1, D = 0.

@@ -5,7 +5,7 @@
 Serves one table, `replay`: FIFO sampling, each item sampled at most once (so a test can
 drain every item exactly once), a `MinSize(1)` rate limiter, and the two-step signature of
 the dataset at `--source`. With `--checkpoint-dir` it restores the latest checkpoint there
-(through `rlds_reverb.server.start_server`, which resets its rate limiters first). Prints
+(through `rlds_reverb.serve.server.start_server`, which resets its rate limiters first). Prints
 `ready` once serving.
 """
 
@@ -17,8 +17,10 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
 import reverb  # noqa: E402
 
-from rlds_reverb import items, loading, tables  # noqa: E402
-from rlds_reverb.server import start_server  # noqa: E402
+from rlds_reverb.data import loading
+from rlds_reverb.serve import tables
+from rlds_reverb.serve.server import start_server  # noqa: E402
+from rlds_reverb.transform import items  # noqa: E402
 
 TABLE = 'replay'
 

@@ -14,7 +14,8 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
 import numpy as np  # noqa: E402
 
-from rlds_reverb import types, writers  # noqa: E402
+from rlds_reverb.core import types  # noqa: E402
+from rlds_reverb.write import push as writers
 from tests import rlds_builders  # noqa: E402
 
 TABLE = 'soak'

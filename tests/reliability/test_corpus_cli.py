@@ -38,7 +38,7 @@ def test_validate_lists_each_fault_and_exits_1(build, variant, capsys):
 # Raise mode shares validate's walk (test_corpus_validate.py runs it on every case).
 @pytest.mark.parametrize('variant', _REPORTED[::4], ids=corpus.variant_id)
 def test_validate_raise_mode_is_one_line_naming_the_episode(build, variant, capsys):
-    code, _, err = _main(capsys, 'validate', str(build(variant)), '--mode', 'raise')
+    code, _, err = _main(capsys, 'validate', str(build(variant)), '--on-invalid', 'raise')
     assert code == cli.EXIT_INVALID_DATA
     assert err.startswith(f'rlds-reverb validate: error: Episode {variant.invalid[0]} is invalid')
     assert re.search(variant.faults[0].pattern, err), err
@@ -61,7 +61,7 @@ def _by_id(name: str) -> corpus.Variant:
 def test_subprocess_exits_non_zero_without_traceback(build):
     # One real process; the in-process tests above cover every case's exit code and output.
     result = rlds_builders.run_cli(
-        'validate', str(build(_by_id('is_last_mid_episode-tfds'))), '--mode', 'raise'
+        'validate', str(build(_by_id('is_last_mid_episode-tfds'))), '--on-invalid', 'raise'
     )
     assert result.returncode == cli.EXIT_INVALID_DATA, result.stderr
     assert 'rlds-reverb validate: error: Episode 1 is invalid' in result.stderr

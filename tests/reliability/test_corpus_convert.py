@@ -8,7 +8,7 @@ import tensorflow as tf
 import tree
 
 import rlds_reverb
-from rlds_reverb import types
+from rlds_reverb.core import types
 from tests import rlds_builders
 from tests.reliability import corpus
 
@@ -16,14 +16,16 @@ _DATA = corpus.variants(data=True)
 
 
 def _convert(build, variant, mode):
-    return rlds_reverb.convert_rlds_to_trajectories(rlds_reverb.load(build(variant)), mode=mode)
+    return rlds_reverb.convert_rlds_to_trajectories(
+        rlds_reverb.load(build(variant)), on_invalid=mode
+    )
 
 
 def _expected_message(variant: corpus.Variant) -> str:
     """What raise mode must say: the rule text of the first invalid episode, or TF's reason."""
     first = variant.invalid[0]
     faults = [f for f in variant.faults if f.episode == first]
-    if faults[0].rule == rlds_reverb.validation.Rule.READABLE.rule_id:
+    if faults[0].rule == rlds_reverb.data.validation.Rule.READABLE.rule_id:
         return re.escape(variant.read_error)
     return f'Episode {first} is invalid: (?:.*; )?{faults[0].pattern}'
 
@@ -36,7 +38,7 @@ def test_raise_mode_names_episode_step_field_and_rule(build, variant):
             pass
     message = info.value.message
     for fault in variant.faults:
-        if fault.rule != rlds_reverb.validation.Rule.READABLE.rule_id:
+        if fault.rule != rlds_reverb.data.validation.Rule.READABLE.rule_id:
             assert re.search(fault.pattern, message), message
 
 

@@ -1,4 +1,4 @@
-"""Every corpus case through `rlds_reverb.writers.push` into a real Reverb server.
+"""Every corpus case through `rlds_reverb.write.push.push` into a real Reverb server.
 
 In skip mode exactly the valid episodes land and the server's item count equals the count
 the push reports; in raise mode the error names the fault and the table holds exactly the
@@ -13,14 +13,19 @@ import reverb
 import tensorflow as tf
 
 import rlds_reverb
-from rlds_reverb import cli, errors, items, resume, tables, types, writers
+from rlds_reverb import cli
+from rlds_reverb.core import errors, types
+from rlds_reverb.serve import tables
+from rlds_reverb.transform import items
+from rlds_reverb.write import push as writers
+from rlds_reverb.write import resume
 from tests import rlds_builders
 from tests.reliability import corpus
 
 _TABLE = 'replay'
 _EXPECTED = 'expected'
 _DATA = corpus.variants(data=True)
-_READABLE = rlds_reverb.validation.Rule.READABLE.rule_id
+_READABLE = rlds_reverb.data.validation.Rule.READABLE.rule_id
 
 
 @contextlib.contextmanager

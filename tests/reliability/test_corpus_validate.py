@@ -6,7 +6,7 @@ import pytest
 import tensorflow as tf
 
 import rlds_reverb
-from rlds_reverb import errors, types
+from rlds_reverb.core import errors, types
 from tests.reliability import corpus
 
 _DATA = corpus.variants(data=True)
@@ -15,7 +15,7 @@ _RECORD_LEVEL = [v for v in corpus.VARIANTS if v.full_check]
 
 
 def _validate(build, variant, mode):
-    return rlds_reverb.validate(rlds_reverb.load(build(variant)), mode=mode)
+    return rlds_reverb.validate(rlds_reverb.load(build(variant)), on_invalid=mode)
 
 
 @pytest.mark.parametrize('variant', _DATA, ids=corpus.variant_id)

@@ -19,8 +19,13 @@ import reverb
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from rlds_reverb import checkpoints, cli, errors, items, resume, server, tables, types, writers
-from rlds_reverb.datasets import tfds_writer
+from rlds_reverb import cli
+from rlds_reverb.core import errors, types
+from rlds_reverb.data import tfds_writer
+from rlds_reverb.serve import checkpoints, server, tables
+from rlds_reverb.transform import items
+from rlds_reverb.write import push as writers
+from rlds_reverb.write import resume
 from tests import rlds_builders
 
 _HELPER = os.path.join(os.path.dirname(__file__), 'server_process.py')
@@ -106,7 +111,7 @@ def _wait_for_inserts(client: reverb.Client, at_least: int, timeout_s: float) ->
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         with contextlib.suppress(Exception):
-            inserted = resume.count_inserted(client, _TABLE, timeout_s=2)
+            inserted = resume.count_inserted(client, _TABLE, timeout_ms=2000)
             if inserted >= at_least:
                 return inserted
         time.sleep(0.02)

@@ -5,7 +5,10 @@ import pytest
 import reverb
 import tensorflow as tf
 
-from rlds_reverb import items, priorities, tables, writers
+from rlds_reverb.learn import priorities
+from rlds_reverb.serve import tables
+from rlds_reverb.transform import items
+from rlds_reverb.write import push as writers
 from tests import rlds_builders
 
 _TABLE = 'prioritized'

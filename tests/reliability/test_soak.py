@@ -18,7 +18,8 @@ import numpy as np
 import reverb
 import tensorflow as tf
 
-from rlds_reverb import checkpoints, items, tables
+from rlds_reverb.serve import checkpoints, tables
+from rlds_reverb.transform import items
 from tests import rlds_builders
 from tests.reliability import soak_writer
 

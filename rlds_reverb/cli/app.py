@@ -1,0 +1,165 @@
+"""The `rlds-reverb` application: parser, the one source loader, the one error guard, quiet start.
+
+Errors this toolkit raises on purpose (and OS, TensorFlow and value errors) are printed as
+one clear line and exit non-zero; `--debug` shows the traceback instead.
+
+Started as a program (`run`), the command line hides the start-up noise of its libraries
+unless `--verbose` is given: TensorFlow's and Reverb's C++ log lines (CUDA plugin
+registration errors on machines without a GPU, server start-up lines), TensorFlow's Python
+warnings and Gym's deprecation banner. Nothing of the command's own output is hidden.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import logging
+import os
+import sys
+from collections.abc import Sequence
+
+# Exit codes.
+EXIT_OK = 0
+EXIT_INVALID_DATA = 1
+EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+VERBOSE_FLAG = '--verbose'
+
+
+def silence_startup_noise() -> None:
+    """Hides the libraries' start-up noise for the rest of this process.
+
+    Call before TensorFlow is imported. C and C++ code (TensorFlow, XLA, Reverb, gRPC) logs
+    straight to file descriptor 2, so that descriptor is pointed at /dev/null, while
+    Python's `sys.stderr` (our messages, progress bars, tracebacks) keeps writing to the
+    original stream through a duplicate of it.
+    """
+    os.environ['TF_CPP_MIN_LOG_LEVEL'] = '3'
+    logging.getLogger('tensorflow').setLevel(logging.ERROR)
+    sys.stderr.flush()
+    original = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 2)
+    os.close(devnull)
+    encoding = getattr(sys.stderr, 'encoding', None) or 'utf-8'
+    sys.stderr = open(  # noqa: SIM115  (the process's stderr from now on)
+        original, 'w', buffering=1, encoding=encoding, errors='backslashreplace'
+    )
+    with contextlib.redirect_stderr(io.StringIO()), contextlib.suppress(ImportError):
+        import gym  # noqa: F401  (it prints its deprecation banner once, on import)
+
+
+def add_common_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    """Adds `--debug` and `--verbose` (accepted before or after the subcommand)."""
+    default = argparse.SUPPRESS if suppress else False
+    parser.add_argument(
+        '--debug', action='store_true', default=default, help='show tracebacks on errors'
+    )
+    parser.add_argument(
+        VERBOSE_FLAG,
+        action='store_true',
+        default=default,
+        help="show the libraries' start-up logs and warnings",
+    )
+
+
+def add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds SOURCE, `--split` and `--data-dir`: what `load_source` reads."""
+    parser.add_argument(
+        'source', help='a TFDS dataset directory, or a TFDS dataset name found in --data-dir'
+    )
+    parser.add_argument('--split', default='train', help="TFDS split (default 'train')")
+    parser.add_argument(
+        '--data-dir', default=None, help="where to look up a TFDS name (default: TFDS' own)"
+    )
+
+
+def load_source(
+    args: argparse.Namespace,
+    *,
+    split: str | None = None,
+    check_files: bool | str = True,
+):
+    """Opens the command's SOURCE with `rlds_reverb.load` (the CLI's one loader).
+
+    Args:
+      args: The parsed arguments (`source`, `split`, `data_dir`).
+      split: A split to read instead of `args.split` (a worker's slice).
+      check_files: As for `load`.
+
+    Returns:
+      The RLDS dataset.
+    """
+    from rlds_reverb.data import loading  # Imported late: TFDS is slow to import.
+
+    return loading.load(
+        args.source,
+        split=split or args.split,
+        data_dir=getattr(args, 'data_dir', None),
+        check_files=check_files,
+    )
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """Returns the `rlds-reverb` argument parser with every subcommand."""
+    from rlds_reverb.cli import data_commands, demo_command, reverb_commands
+
+    parser = argparse.ArgumentParser(
+        prog='rlds-reverb',
+        description='RLDS datasets to TF-Agents trajectories in Reverb tables.',
+    )
+    add_common_options(parser, suppress=False)
+    subparsers = parser.add_subparsers(dest='command', required=True)
+    for add_parser in (
+        data_commands.add_info_parser,
+        data_commands.add_validate_parser,
+        reverb_commands.add_push_parser,
+        reverb_commands.add_serve_parser,
+        demo_command.add_demo_parser,
+    ):
+        sub = add_parser(subparsers)
+        add_common_options(sub, suppress=True)
+    return parser
+
+
+def _exit_code(error: BaseException) -> int:
+    import tensorflow as tf
+
+    return EXIT_INVALID_DATA if isinstance(error, tf.errors.InvalidArgumentError) else EXIT_ERROR
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Runs one command; returns the exit code. Leaves process-wide logging alone.
+
+    Args:
+      argv: The arguments (without the program name); `sys.argv[1:]` when None.
+
+    Returns:
+      `EXIT_OK`, `EXIT_INVALID_DATA` (an invalid episode), `EXIT_ERROR` or
+      `EXIT_INTERRUPTED`.
+    """
+    import tensorflow as tf
+
+    from rlds_reverb.core import errors
+
+    args = build_parser().parse_args(argv)
+    try:
+        return args.handler(args)
+    except (errors.RldsReverbError, tf.errors.OpError, OSError, ValueError) as error:
+        if args.debug:
+            raise
+        print(f'rlds-reverb {args.command}: error: {error}', file=sys.stderr)
+        return _exit_code(error)
+    except KeyboardInterrupt:
+        print(f'rlds-reverb {args.command}: interrupted', file=sys.stderr)
+        return EXIT_INTERRUPTED
+
+
+def run(argv: Sequence[str] | None = None) -> int:
+    """The program's entry point: quiets the libraries (unless `--verbose`), then `main`."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if VERBOSE_FLAG not in argv[: argv.index('--') if '--' in argv else None]:
+        silence_startup_noise()
+    return main(argv)

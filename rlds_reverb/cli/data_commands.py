@@ -1,0 +1,59 @@
+"""`rlds-reverb info` and `rlds-reverb validate`: what a dataset holds, and what is wrong."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rlds_reverb.cli import app
+from rlds_reverb.core import types
+
+
+def _run_info(args: argparse.Namespace) -> int:
+    from rlds_reverb.data import stats
+
+    print(f'source: {args.source} (split {args.split})')
+    print(stats.describe_dataset(app.load_source(args)).format())
+    return app.EXIT_OK
+
+
+def _run_validate(args: argparse.Namespace) -> int:
+    from rlds_reverb.data import validation
+
+    if args.mode is not None:
+        print(
+            'rlds-reverb validate: --mode is deprecated; use --on-invalid (the same values).',
+            file=sys.stderr,
+        )
+    on_invalid = args.mode or args.on_invalid
+    # A full file check names the shard, record and field of an episode that does not decode.
+    episodes = app.load_source(args, check_files='full')
+    report = validation.validate(episodes, on_invalid=on_invalid)
+    print(report.format())
+    return app.EXIT_OK if report.ok else app.EXIT_INVALID_DATA
+
+
+def add_info_parser(subparsers) -> argparse.ArgumentParser:
+    """Adds `info`: episodes, steps, spec, endings and returns of a dataset."""
+    parser = subparsers.add_parser('info', help='episodes, steps, spec, endings, returns')
+    app.add_source_arguments(parser)
+    parser.set_defaults(handler=_run_info)
+    return parser
+
+
+def add_validate_parser(subparsers) -> argparse.ArgumentParser:
+    """Adds `validate`: check every episode; exit 1 when any is invalid."""
+    parser = subparsers.add_parser(
+        'validate', help='check every episode; exit 1 when any is invalid'
+    )
+    app.add_source_arguments(parser)
+    modes = [m.value for m in types.ValidationMode]
+    parser.add_argument(
+        '--on-invalid',
+        choices=modes,
+        default=types.ValidationMode.REPORT.value,
+        help="'report' (default) lists every problem; 'raise' stops at the first bad episode",
+    )
+    parser.add_argument('--mode', choices=modes, default=None, help=argparse.SUPPRESS)
+    parser.set_defaults(handler=_run_validate)
+    return parser

@@ -1,0 +1,322 @@
+"""`rlds-reverb serve` and `rlds-reverb push`: seed, checkpoint, restore and push.
+
+    rlds-reverb serve SOURCE --port 8000 --table-preset prioritized --item n-step --n 3 \\
+        --checkpoint-dir /ckpt
+    rlds-reverb push SOURCE --server localhost:8000 --table replay --item two-step --workers 2
+
+`serve` restores the tables from `--checkpoint-dir` when it holds a checkpoint, else pushes
+SOURCE and writes one; it says which, then serves until SIGINT/SIGTERM. `push` writes into
+a running server with a progress bar; `--workers N` shards the dataset across N processes
+writing to the same server (TFDS split slicing, `Dataset.shard` for other sources).
+`push --checkpoint-every N` checkpoints the server after every N episodes, and
+`push --resume` starts at the first episode the table lacks (`rlds_reverb.write.resume`),
+so a push cut off by a server crash continues, after a restart from the latest checkpoint,
+without duplicating or losing an episode.
+"""
+
+from __future__ import annotations
+
+import argparse
+import multiprocessing
+import signal
+import sys
+import threading
+
+from rlds_reverb.cli import app
+from rlds_reverb.core import errors, types
+from rlds_reverb.serve import tables
+from rlds_reverb.transform import items
+
+
+def _load_shard(args: argparse.Namespace, shard: tuple[int, int] | None):
+    """Opens SOURCE, or the part `shard` = (index, count) of it for one worker."""
+    if shard is None:
+        return app.load_source(args)
+    index, count = shard
+    if '[' not in args.split:  # TFDS split slicing reads only this worker's part.
+        low, high = 100 * index // count, 100 * (index + 1) // count
+        try:
+            return app.load_source(args, split=f'{args.split}[{low}%:{high}%]')
+        except errors.SourceError:
+            pass
+    return app.load_source(args).shard(count, index)
+
+
+def _make_item(args: argparse.Namespace) -> items.ItemKind:
+    return items.parse_item(
+        args.item,
+        n=args.n,
+        gamma=args.gamma,
+        length=args.length,
+        period=args.period,
+        end=args.end,
+        max_length=args.max_length,
+        overflow=args.overflow,
+    )
+
+
+def _install_stop_handlers() -> threading.Event:
+    """Returns an event that SIGINT or SIGTERM sets from now on."""
+    stop = threading.Event()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(signum, lambda *_: stop.set())
+    return stop
+
+
+def _serve(args: argparse.Namespace) -> int:
+    from rlds_reverb.write import seed
+
+    result = seed.seed_server(
+        app.load_source(args),
+        table=args.table,
+        preset=args.table_preset,
+        item=_make_item(args),
+        port=args.port,
+        checkpoint_dir=args.checkpoint_dir,
+        max_size=args.max_size,
+        priority_exponent=args.priority_exponent,
+        on_invalid=args.on_invalid,
+    )
+    if result.outcome is seed.SeedOutcome.RESTORED:
+        print(
+            f'Restored table {result.table!r} ({result.items} items) from checkpoint '
+            f'{result.checkpoint_path} in {result.seconds:.2f} s.'
+        )
+    else:
+        stats = result.stats
+        where = (
+            f'; checkpoint written to {result.checkpoint_path}' if result.checkpoint_path else ''
+        )
+        print(
+            f'Pushed {result.items} items ({stats.episodes} episodes, {stats.steps} steps, '
+            f'{stats.skipped_episodes} skipped) into table {result.table!r} in '
+            f'{result.seconds:.2f} s{where}.'
+        )
+    stop = _install_stop_handlers()  # Before saying so: a stop request may follow at once.
+    print(f'Serving on {result.address}; stop with Ctrl-C or SIGTERM.', flush=True)
+    while not stop.wait(timeout=1.0):
+        pass
+    result.server.stop()
+    print('Stopped.', flush=True)
+    return app.EXIT_OK
+
+
+def _push_shard(args: argparse.Namespace, shard, progress):
+    from rlds_reverb.write import push
+
+    return push.push(
+        _load_shard(args, shard),
+        args.server,
+        args.table,
+        item=_make_item(args),
+        on_invalid=args.on_invalid,
+        timeout_ms=args.timeout_ms,
+        allow_eviction=args.allow_eviction,
+        progress=progress,
+    )
+
+
+def _push_worker(options: dict, index: int, count: int, queue) -> None:
+    """Pushes one shard in a worker process; reports progress and the result on `queue`."""
+    args = argparse.Namespace(**options)
+    try:
+        stats = _push_shard(
+            args, (index, count), lambda episodes, steps: queue.put(('progress', episodes, steps))
+        )
+        queue.put(('done', stats, None))
+    except Exception as error:  # Reported by the parent as one line.
+        queue.put(('failed', None, f'{type(error).__name__}: {error}'))
+
+
+class _ProgressBar:
+    """A tqdm bar of steps, with the episode count as its postfix."""
+
+    def __init__(self, *, disable: bool):
+        import tqdm
+
+        self._bar = tqdm.tqdm(unit=' steps', disable=disable, file=sys.stderr)
+        self._episodes = 0
+
+    def update(self, episodes: int, steps: int) -> None:
+        self._episodes += episodes
+        self._bar.update(steps)
+        self._bar.set_postfix(episodes=self._episodes, refresh=False)
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+def _run_workers(args: argparse.Namespace, bar: _ProgressBar) -> tuple[list, list[str]]:
+    """Runs `--workers` processes, one shard each; returns their stats and failures."""
+    context = multiprocessing.get_context('spawn')
+    queue = context.Queue()
+    options = {k: v for k, v in vars(args).items() if k != 'handler'}
+    workers = [
+        context.Process(target=_push_worker, args=(options, i, args.workers, queue))
+        for i in range(args.workers)
+    ]
+    for worker in workers:
+        worker.start()
+    results, failures = [], []
+    while len(results) + len(failures) < len(workers):
+        kind, first, second = queue.get()
+        if kind == 'progress':
+            bar.update(first, second)
+        elif kind == 'done':
+            results.append(first)
+        else:
+            failures.append(second)
+    for worker in workers:
+        worker.join()
+    return results, failures
+
+
+def _push_resumable(args: argparse.Namespace, progress):
+    """Pushes from the first episode the table lacks (`--resume`), checkpointing as asked."""
+    from rlds_reverb.serve import table_info
+    from rlds_reverb.write import resume
+
+    episodes, item = app.load_source(args), _make_item(args)
+    start = 0
+    if args.resume:
+        counts = resume.count_items_per_episode(episodes, item)
+        client = table_info.connect(args.server)
+        inserted = resume.count_inserted(client, args.table, timeout_ms=args.timeout_ms)
+        start = resume.find_resume_episode(inserted, counts)
+        held = f'episodes 0..{start - 1} of the dataset' if start else 'no episode'
+        print(
+            f'Table {args.table!r} holds {inserted} items: {held}; resuming at episode '
+            f'{start} of {len(counts)}.',
+            flush=True,
+        )
+    return resume.push_resumable(
+        episodes,
+        args.server,
+        args.table,
+        item=item,
+        checkpoint_every=args.checkpoint_every,
+        start_episode=start,
+        on_invalid=args.on_invalid,
+        timeout_ms=args.timeout_ms,
+        allow_eviction=args.allow_eviction,
+        progress=progress,
+    )
+
+
+def _check_push_options(args: argparse.Namespace, item: items.ItemKind) -> None:
+    """Raises ValueError for option combinations `push` cannot honour."""
+    from rlds_reverb.core import checks
+
+    checks.check_int_at_least(args.workers, 1, argument='--workers')
+    if args.workers > 1 and item.crosses_episodes:
+        raise ValueError('--end continue windows cross episodes; use --workers 1 with it.')
+    resumable = args.resume or args.checkpoint_every is not None
+    if resumable and args.workers > 1:
+        raise ValueError(
+            '--resume and --checkpoint-every need one writer (episodes in order); '
+            'use --workers 1 with them.'
+        )
+    if args.checkpoint_every is not None:
+        checks.check_int_at_least(args.checkpoint_every, 1, argument='--checkpoint-every')
+
+
+def _push(args: argparse.Namespace) -> int:
+    from rlds_reverb.write import push
+
+    _check_push_options(args, _make_item(args))
+    bar = _ProgressBar(disable=args.no_progress)
+    try:
+        if args.resume or args.checkpoint_every is not None:
+            results, failures = [_push_resumable(args, bar.update)], []
+        elif args.workers == 1:
+            results, failures = [_push_shard(args, None, bar.update)], []
+        else:
+            results, failures = _run_workers(args, bar)
+    finally:
+        bar.close()
+    total = push.PushStats()
+    for stats in results:
+        total = total.merge(stats)
+    print(
+        f'Pushed {total.items.get(args.table, 0)} items ({total.episodes} episodes, '
+        f'{total.steps} steps, {total.skipped_episodes} skipped) into {args.table!r} at '
+        f'{args.server} with {args.workers} worker(s) in {total.seconds:.2f} s.'
+    )
+    for failure in failures:
+        print(f'rlds-reverb push: error: {failure}', file=sys.stderr)
+    return app.EXIT_ERROR if failures else app.EXIT_OK
+
+
+def _values(enum_type) -> list[str]:
+    return [member.value for member in enum_type]
+
+
+def _add_item_arguments(parser: argparse.ArgumentParser) -> None:
+    app.add_source_arguments(parser)
+    parser.add_argument('--table', default='replay', help="table name (default 'replay')")
+    parser.add_argument(
+        '--item', default=items.ItemName.TWO_STEP.value, choices=_values(items.ItemName)
+    )
+    parser.add_argument('--n', type=int, default=3, help='n-step: steps (default 3)')
+    parser.add_argument('--gamma', type=float, default=0.99, help='n-step: discount')
+    parser.add_argument('--length', type=int, default=2, help='sequence: steps per window')
+    parser.add_argument('--period', type=int, default=None, help='sequence: steps between')
+    parser.add_argument(
+        '--end',
+        default=types.EndBehavior.TRUNCATE.value,
+        choices=_values(types.EndBehavior),
+        help='sequence: end-of-episode behaviour',
+    )
+    parser.add_argument('--max-length', type=int, default=1000, help='episode: max steps')
+    parser.add_argument(
+        '--overflow',
+        default=items.EpisodeOverflow.ERROR.value,
+        choices=_values(items.EpisodeOverflow),
+        help='episode: what to do with longer episodes',
+    )
+    parser.add_argument(
+        '--on-invalid',
+        default=types.ValidationMode.RAISE.value,
+        choices=[m.value for m in types.ValidationMode if m is not types.ValidationMode.REPORT],
+    )
+
+
+def add_serve_parser(subparsers) -> argparse.ArgumentParser:
+    """Adds `serve`: seed (or restore) a Reverb server, checkpoint it, serve until stopped."""
+    parser = subparsers.add_parser('serve', help='seed or restore a Reverb server and serve it')
+    _add_item_arguments(parser)
+    parser.add_argument('--port', type=int, required=True, help='port to serve on')
+    parser.add_argument(
+        '--table-preset',
+        default=tables.TablePreset.UNIFORM.value,
+        choices=_values(tables.TablePreset),
+    )
+    parser.add_argument('--priority-exponent', type=float, default=0.6)
+    parser.add_argument('--max-size', type=int, default=None, help='default: the item count')
+    parser.add_argument('--checkpoint-dir', default=None, help='restore from / checkpoint to')
+    parser.set_defaults(handler=_serve)
+    return parser
+
+
+def add_push_parser(subparsers) -> argparse.ArgumentParser:
+    """Adds `push`: write SOURCE into a table of a running Reverb server."""
+    parser = subparsers.add_parser('push', help='push a dataset into a running Reverb server')
+    _add_item_arguments(parser)
+    parser.add_argument('--server', required=True, help="address 'host:port'")
+    parser.add_argument('--workers', type=int, default=1, help='processes (dataset shards)')
+    parser.add_argument('--timeout-ms', type=int, default=60_000)
+    parser.add_argument('--allow-eviction', action='store_true')
+    parser.add_argument('--no-progress', action='store_true', help='hide the progress bar')
+    parser.add_argument(
+        '--resume',
+        action='store_true',
+        help='start at the first episode the table lacks (from its insert count)',
+    )
+    parser.add_argument(
+        '--checkpoint-every',
+        type=int,
+        default=None,
+        help='checkpoint the server after every N episodes (so a restart can --resume)',
+    )
+    parser.set_defaults(handler=_push)
+    return parser

@@ -1,0 +1,91 @@
+"""The toolkit's exceptions: one base, and subclasses that keep TF and Python `except`s working."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import tensorflow as tf
+
+
+class RldsReverbError(Exception):
+    """Base class of every error this toolkit raises on purpose."""
+
+
+class SourceError(RldsReverbError, ValueError):
+    """A dataset source could not be opened: wrong path, not an RLDS/TFDS dataset, no `steps`."""
+
+
+class SourceNotFoundError(SourceError, FileNotFoundError):
+    """A dataset path does not exist."""
+
+
+class SpecMismatchError(RldsReverbError, ValueError):
+    """Two specs that must agree do not; the message holds a leaf-by-leaf diff."""
+
+    def __init__(self, message: str, differences: Sequence[str] = ()):
+        self.differences = list(differences)
+        details = ''.join(f'\n  {line}' for line in self.differences)
+        super().__init__(f'{message}{details}')
+
+
+class InvalidEpisodeError(RldsReverbError, tf.errors.InvalidArgumentError):
+    """An episode broke a validation rule; the message names every problem in it.
+
+    It is a `tf.errors.InvalidArgumentError`, as TF-Agents' converter raises, so existing
+    `except` clauses keep working.
+    """
+
+    def __init__(self, episode_index: int, problems: Sequence[Any]):
+        self.episode_index = episode_index
+        self.problems = list(problems)
+        lines = '\n'.join(f'  - {p.describe()}' for p in self.problems)
+        message = (
+            f'Episode {episode_index} is invalid ({len(self.problems)} problem(s)):\n{lines}\n'
+            "Fix the data, or pass on_invalid='skip' to drop invalid episodes whole (never partly)."
+        )
+        tf.errors.InvalidArgumentError.__init__(self, None, None, message)
+
+    def __reduce__(self):
+        return (type(self), (self.episode_index, self.problems))
+
+
+class ReverbTimeoutError(RldsReverbError, TimeoutError):
+    """A Reverb operation did not finish within its timeout."""
+
+
+class ReverbConnectionError(RldsReverbError, ConnectionError):
+    """A Reverb server could not be reached."""
+
+
+class CheckpointError(RldsReverbError, RuntimeError):
+    """A Reverb server could not write a checkpoint."""
+
+
+class TableError(RldsReverbError, ValueError):
+    """A Reverb table is missing, misconfigured, or too small for what is pushed."""
+
+
+class PushError(RldsReverbError, RuntimeError):
+    """A push stopped part way; the message says exactly how many episodes were fully written."""
+
+    def __init__(self, message: str, *, episodes_written: int, items_written: int):
+        self.episodes_written = episodes_written
+        self.items_written = items_written
+        super().__init__(message)
+
+
+class TableTooSmallError(TableError, PushError):
+    """A push would evict items from a table too small for them; nothing was evicted.
+
+    Both a `TableError` (a `ValueError`) and a `PushError` (it says how many episodes were
+    fully written before it).
+    """
+
+
+class EpisodeTooLongError(PushError, ValueError):
+    """An episode is longer than the item kind allows (for example `Episode(max_length)`)."""
+
+
+class EmptyTableError(ReverbTimeoutError):
+    """A Reverb table gave no sample within the timeout: it is empty or its rate limiter blocks."""

@@ -1,0 +1,154 @@
+"""The vocabulary: RLDS field names, our added field names, type aliases and enums.
+
+Every module names step fields through this module; no bare field strings elsewhere.
+
+Throughout the package, an *RLDS dataset* is a `tf.data.Dataset` of episodes. Each
+episode is a dict holding `steps`, itself a `tf.data.Dataset` of step dicts with
+`observation`, `action`, `reward`, `discount`, `is_first`, `is_last`, `is_terminal` and
+possibly more fields (step metadata). Step t holds o_t, the action a_t taken at o_t, the
+reward r_t received for it and the discount d_t of that transition. `is_terminal` on the
+last step means o_L is terminal; `is_last` without `is_terminal` means truncation.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+import rlds
+import tensorflow as tf
+
+from rlds_reverb.core import deprecation
+
+# RLDS' own names, re-exported so that the rest of the package imports only this module.
+STEPS: str = rlds.STEPS
+OBSERVATION: str = rlds.OBSERVATION
+ACTION: str = rlds.ACTION
+REWARD: str = rlds.REWARD
+DISCOUNT: str = rlds.DISCOUNT
+IS_FIRST: str = rlds.IS_FIRST
+IS_LAST: str = rlds.IS_LAST
+IS_TERMINAL: str = rlds.IS_TERMINAL
+
+# Fields this toolkit adds to steps.
+N_STEP_RETURN = 'n_step_return'
+N_STEP_DISCOUNT = 'n_step_discount'
+N_STEP_LENGTH = 'n_step_length'
+NEXT_OBSERVATION = 'next_observation'
+ADVANTAGE = 'advantage'
+RETURN = 'return'
+VALUE = 'value'
+MASK = 'mask'
+IS_BURN_IN = 'is_burn_in'
+DATA_VERSION = 'data_version'
+EPISODE_INDEX = 'episode_index'
+
+# The step fields every RLDS step must hold, in TF-Agents' order.
+REQUIRED_STEP_FIELDS: tuple[str, ...] = (
+    OBSERVATION,
+    ACTION,
+    REWARD,
+    DISCOUNT,
+    IS_FIRST,
+    IS_LAST,
+    IS_TERMINAL,
+)
+FLAG_FIELDS: tuple[str, ...] = (IS_FIRST, IS_LAST, IS_TERMINAL)
+
+# Type aliases. A nest is a (possibly nested) dict/tuple/list of tensors or arrays.
+Nest = Any
+Step = dict[str, Any]
+Episode = dict[str, Any]
+SpecNest = Any
+
+
+class ValidationMode(enum.Enum):
+    """What to do with an invalid episode: the `on_invalid=` option of every function.
+
+    `validate`, `convert_rlds_to_trajectories`, `push`, `seed_server` and the command line
+    (`--on-invalid`) all take it under that one name.
+
+    RAISE: raise `InvalidEpisodeError` at the first invalid episode, naming all of its problems.
+    SKIP: drop invalid episodes (never partly), count and report them.
+    REPORT: return the full report; convert nothing (`validate` only).
+    """
+
+    RAISE = 'raise'
+    SKIP = 'skip'
+    REPORT = 'report'
+
+
+def parse_on_invalid(
+    on_invalid: ValidationMode | str, *, mode: ValidationMode | str | None = None, function: str
+) -> ValidationMode:
+    """Returns the `on_invalid=` mode, accepting the deprecated `mode=` keyword of 0.1.
+
+    Args:
+      on_invalid: A `ValidationMode`, or its value or name.
+      mode: The deprecated name of the same option; when given (not None) it wins, with a
+        `DeprecationWarning`.
+      function: The public function's name, for the messages.
+
+    Returns:
+      The mode.
+
+    Raises:
+      ValueError: If the value names no mode; the message lists the valid ones.
+    """
+    if mode is not None:
+        deprecation.warn_renamed_argument('mode', 'on_invalid', function=function)
+        on_invalid = mode
+    return as_enum(ValidationMode, on_invalid, argument='on_invalid')
+
+
+class EndBehavior(enum.Enum):
+    """What a sequence splitter does at the end of an episode (docs/semantics.md §6).
+
+    Each value is drawn for an episode of 7 steps (0..6), `length=3`, `period=3`:
+
+    TRUNCATE: the last window is shorter.
+        [0 1 2] [3 4 5] [6]
+    PAD: the last window is padded with null steps (zeros, `mask` false).
+        [0 1 2] [3 4 5] [6 _ _]
+    DROP: the residual steps start no window.
+        [0 1 2] [3 4 5]
+    LAST: the last window is the last `length` steps, overlapping the one before
+        (padded when the episode is shorter than `length`).
+        [0 1 2] [3 4 5] [4 5 6]
+    CONTINUE: windows cross into the next episode (its first step has `is_first`).
+        [0 1 2] [3 4 5] [6 0' 1'] ...
+    """
+
+    TRUNCATE = 'truncate'
+    PAD = 'pad'
+    DROP = 'drop'
+    LAST = 'last'
+    CONTINUE = 'continue'
+
+
+def as_enum(enum_type: type[enum.Enum], value: Any, *, argument: str) -> Any:
+    """Returns `value` as a member of `enum_type`, accepting members, names and values.
+
+    Args:
+      enum_type: The enum class.
+      value: A member, its name (any case) or its value.
+      argument: The argument name, for the error message.
+
+    Returns:
+      The enum member.
+
+    Raises:
+      ValueError: If `value` names no member; the message lists the valid ones.
+    """
+    if isinstance(value, enum_type):
+        return value
+    for member in enum_type:
+        if isinstance(value, str) and value.lower() in (member.value, member.name.lower()):
+            return member
+    valid = ', '.join(repr(m.value) for m in enum_type)
+    raise ValueError(f'{argument}={value!r} is not valid; expected one of {valid}.')
+
+
+def is_floating(dtype: tf.dtypes.DType) -> bool:
+    """Returns whether `dtype` is a floating-point dtype."""
+    return tf.as_dtype(dtype).is_floating

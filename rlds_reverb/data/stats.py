@@ -1,0 +1,99 @@
+"""Dataset statistics for `rlds-reverb info`: counts, endings, lengths and returns."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+import tensorflow as tf
+import tree
+
+from rlds_reverb.core import episodes as episodes_lib
+from rlds_reverb.core import specs, types
+
+
+@dataclasses.dataclass
+class DatasetStats:
+    """What `describe_dataset` found."""
+
+    episodes: int
+    steps: int
+    terminated: int
+    truncated: int
+    unfinished: int
+    lengths: np.ndarray
+    returns: np.ndarray
+    step_spec: dict
+
+    def format(self) -> str:
+        """Returns a human-readable summary."""
+        lines = [
+            f'episodes: {self.episodes}',
+            f'steps: {self.steps}',
+            f'terminated: {self.terminated}  truncated: {self.truncated}'
+            + (f'  without is_last: {self.unfinished}' if self.unfinished else ''),
+        ]
+        if self.episodes:
+            lines.append(
+                f'episode length: mean {self.lengths.mean():.1f}, min {self.lengths.min()}, '
+                f'max {self.lengths.max()}'
+            )
+            lines.append(
+                f'return: mean {self.returns.mean():.3f}, std {self.returns.std():.3f}, '
+                f'min {self.returns.min():.3f}, max {self.returns.max():.3f}'
+            )
+        lines.append('step spec:')
+        for path, spec in tree.flatten_with_path(self.step_spec):
+            name = '.'.join(map(str, path))
+            lines.append(f'  {name}: {spec.dtype.name}{list(spec.shape)}')
+        return '\n'.join(lines)
+
+
+def _summarize_episode(steps: types.Nest) -> dict[str, tf.Tensor]:
+    """Length, ending and undiscounted return (all reward leaves summed) of one episode."""
+    is_last = steps[types.IS_LAST]
+    rewards = [tf.reduce_sum(tf.cast(r, tf.float64)) for r in tree.flatten(steps[types.REWARD])]
+    return {
+        'length': episodes_lib.episode_length(steps),
+        'terminal': tf.reduce_any(is_last & steps[types.IS_TERMINAL]),
+        'finished': tf.reduce_any(is_last),
+        'return': tf.add_n(rewards),
+    }
+
+
+def describe_dataset(episodes: tf.data.Dataset) -> DatasetStats:
+    """Walks an RLDS dataset once, one whole episode at a time, and summarizes it.
+
+    The return of an episode is the sum of its rewards (every leaf of a nested reward).
+
+    Args:
+      episodes: An RLDS dataset (see `rlds_reverb.core.types`).
+
+    Returns:
+      A `DatasetStats`.
+
+    Raises:
+      SourceError: If the dataset holds no RLDS steps.
+      SpecMismatchError: If required step fields are missing.
+
+    Example:
+      >>> print(describe_dataset(rlds_reverb.load(path)).format())
+    """
+    step_spec = specs.get_step_spec(episodes)
+    summaries = episodes_lib.to_episode_tensors(episodes).map(
+        _summarize_episode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+    )
+    rows = list(summaries.as_numpy_iterator())
+    lengths = np.array([r['length'] for r in rows], np.int64)
+    terminal = np.array([r['terminal'] for r in rows], bool)
+    finished = np.array([r['finished'] for r in rows], bool)
+    return DatasetStats(
+        episodes=len(rows),
+        steps=int(lengths.sum()),
+        terminated=int(terminal.sum()),
+        truncated=int((finished & ~terminal).sum()),
+        unfinished=int((~finished).sum()),
+        lengths=lengths,
+        returns=np.array([r['return'] for r in rows], np.float64),
+        step_spec=step_spec,
+    )

@@ -1,0 +1,1 @@
+"""Feeding learners: prioritized, mixed learner datasets, importance weights, priorities."""

@@ -1,0 +1,1 @@
+"""Reverb servers: table presets and lookups, starting and restoring servers, checkpoints."""

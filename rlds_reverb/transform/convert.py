@@ -1,0 +1,226 @@
+"""RLDS episodes to TF-Agents two-step trajectories (docs/semantics.md §3), one whole episode at a time.
+
+A drop-in for `tf_agents.replay_buffers.rlds_to_reverb`'s converter with the same signatures,
+specs and outputs on valid data, and these differences:
+
+* each episode is converted as whole tensors (step types, next step types and discounts by
+  `tf.where` over the time axis), never step by step;
+* nested (dict) observations are split per step (TF-Agents copies the whole pair into both
+  steps of a trajectory);
+* the discount keeps the data's dtype (TF-Agents hard-codes float32 and fails on float64);
+* extra step fields become `policy_info` instead of being dropped;
+* invalid episodes are reported with every problem, or skipped whole.
+
+Mapping, per episode of steps 0..L (step t holds o_t, a_t, r_t, d_t):
+
+    step_type       FIRST MID  ...  MID   LAST     (FIRST from is_first, LAST from is_last)
+    next_step_type  MID   MID  ...  LAST  FIRST    (the next episode starts with FIRST)
+    discount        d_0   d_1  ...  d_L-1 0 if is_terminal else d_L
+    single-step episode: (LAST, LAST)
+"""
+
+from __future__ import annotations
+
+import tensorflow as tf
+from tf_agents.trajectories import time_step as ts
+from tf_agents.trajectories import trajectory
+
+from rlds_reverb.core import checks, specs, types
+from rlds_reverb.core import episodes as episodes_lib
+from rlds_reverb.core.specs import PolicyInfoFn
+from rlds_reverb.data import validation
+
+_EPISODES_AHEAD = 4
+
+
+def compute_step_types(steps: types.Nest) -> tuple[tf.Tensor, tf.Tensor]:
+    """Returns `(step_type, next_step_type)`, `[T]` int32 each, for one episode.
+
+    Args:
+      steps: One episode's steps as whole `[T, ...]` tensors.
+    """
+    first, mid, last = (
+        tf.constant(s, tf.int32) for s in (ts.StepType.FIRST, ts.StepType.MID, ts.StepType.LAST)
+    )
+    step_type = tf.where(steps[types.IS_FIRST], first, tf.where(steps[types.IS_LAST], last, mid))
+    # After an episode's last step comes the next episode's first step.
+    next_step_type = tf.concat([step_type[1:], [first]], axis=0)
+    # A single-step episode is (LAST, LAST), as in TF-Agents.
+    single = tf.equal(step_type, first) & tf.equal(next_step_type, first)
+    return tf.where(single, last, step_type), tf.where(single, last, next_step_type)
+
+
+def compute_discounts(steps: types.Nest) -> types.Nest:
+    """Returns the trajectory discounts: 0 on a last-and-terminal step, the data's elsewhere."""
+    terminal_last = steps[types.IS_LAST] & steps[types.IS_TERMINAL]
+
+    def _discount(d: tf.Tensor) -> tf.Tensor:
+        mask = tf.reshape(terminal_last, [-1] + [1] * (d.shape.rank - 1))
+        return tf.where(mask, tf.zeros_like(d), d)
+
+    return tf.nest.map_structure(_discount, steps[types.DISCOUNT])
+
+
+def _shift_to_next_steps(steps: types.Nest) -> types.Nest:
+    """Returns the step following each step; after the last, a zero step with is_first."""
+
+    def _shift(x: tf.Tensor) -> tf.Tensor:
+        return tf.concat([x[1:], tf.zeros_like(x[:1])], axis=0)
+
+    next_steps = tf.nest.map_structure(_shift, steps)
+    is_first = steps[types.IS_FIRST]
+    next_steps[types.IS_FIRST] = tf.concat([is_first[1:], tf.ones_like(is_first[:1])], axis=0)
+    return next_steps
+
+
+def compute_policy_info(steps: types.Nest, policy_info_fn: PolicyInfoFn) -> types.Nest:
+    """Returns `[T, ...]` policy info: the extra step fields, or `policy_info_fn` per step.
+
+    `policy_info_fn(current_step, next_step)` keeps TF-Agents' per-step meaning; it is
+    vectorized over the episode with `tf.vectorized_map`. After an episode's last step the
+    `next_step` is a zero step with `is_first` set (TF-Agents passes the next episode's
+    first step, or such a padding step after the final episode).
+    """
+    if policy_info_fn is None:
+        extras = specs.get_extra_step_fields(steps)
+        return {f: steps[f] for f in extras} if extras else ()
+    pairs = (steps, _shift_to_next_steps(steps))
+    return tf.vectorized_map(lambda pair: policy_info_fn(*pair), pairs, fallback_to_while_loop=True)
+
+
+def episode_to_trajectory(
+    steps: types.Nest, *, policy_info_fn: PolicyInfoFn = None
+) -> trajectory.Trajectory:
+    """Converts one episode's whole-step tensors to a `Trajectory` with a `[T]` time axis.
+
+    Args:
+      steps: One episode's steps as whole `[T, ...]` tensors (`rlds_reverb.core.episodes`).
+      policy_info_fn: Optional `fn(current_step, next_step) -> policy_info`.
+
+    Returns:
+      A `Trajectory` whose leaves have a leading dimension T; element t is the trajectory of
+      step t, exactly as TF-Agents' converter yields it.
+
+    Example:
+      >>> traj = episode_to_trajectory(batch_steps(episode['steps']))
+    """
+    step_type, next_step_type = compute_step_types(steps)
+    return trajectory.Trajectory(
+        step_type=step_type,
+        observation=steps[types.OBSERVATION],
+        action=steps[types.ACTION],
+        policy_info=compute_policy_info(steps, policy_info_fn),
+        next_step_type=next_step_type,
+        reward=steps[types.REWARD],
+        discount=compute_discounts(steps),
+    )
+
+
+def convert_episodes_to_trajectories(
+    rlds_data: tf.data.Dataset,
+    *,
+    policy_info_fn: PolicyInfoFn = None,
+    on_invalid: types.ValidationMode | str = types.ValidationMode.RAISE,
+) -> tf.data.Dataset:
+    """Converts an RLDS dataset to one `[T]`-batched `Trajectory` per (valid) episode.
+
+    Each episode is decoded, checked and converted in one parallel map (fewer `tf.data`
+    stages measured 15-20% faster than a map per step of the work).
+
+    Args:
+      rlds_data: An RLDS dataset (see `rlds_reverb.core.types`).
+      policy_info_fn: Optional `fn(current_step, next_step) -> policy_info`.
+      on_invalid: `'raise'` or `'skip'` for invalid episodes (see `rlds_reverb.validate`).
+
+    Returns:
+      A dataset with one `Trajectory` of whole-episode tensors per episode.
+
+    Raises:
+      ValueError: If no RLDS steps exist, the step spec is invalid, or `on_invalid` is
+        unknown (`'report'` converts nothing: call `rlds_reverb.validate`).
+    """
+    mode = types.parse_on_invalid(on_invalid, function='convert_rlds_to_trajectories')
+    if mode is types.ValidationMode.REPORT:
+        raise ValueError(
+            "on_invalid='report' converts nothing; call rlds_reverb.validate() instead."
+        )
+    check = validation.InGraphCheck(rlds_data, specs.get_step_spec(rlds_data))
+    # Indices come before decoding, so that they stay right when an episode is dropped.
+    indexed = rlds_data.enumerate()
+
+    def _decode(episode: types.Episode) -> types.Nest:
+        return episodes_lib.batch_steps(episode[types.STEPS])
+
+    def _convert(steps: types.Nest) -> trajectory.Trajectory:
+        return episode_to_trajectory(steps, policy_info_fn=policy_info_fn)
+
+    if mode is types.ValidationMode.RAISE:
+        return indexed.map(
+            episodes_lib.without_autograph(
+                lambda index, episode: _convert(check.assert_valid(index, _decode(episode)))
+            ),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+    decoded = indexed.map(
+        lambda _, episode: _decode(episode),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    # An episode that cannot be decoded is invalid too: dropped whole, with a warning.
+    valid = decoded.ignore_errors(log_warning=True).filter(check.is_valid)
+    return valid.map(_convert, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def convert_rlds_to_trajectories(
+    rlds_data: tf.data.Dataset,
+    policy_info_fn: PolicyInfoFn = None,
+    *,
+    on_invalid: types.ValidationMode | str = types.ValidationMode.RAISE,
+    mode: types.ValidationMode | str | None = None,
+    batch_size: int | None = None,
+    drop_remainder: bool = False,
+) -> tf.data.Dataset:
+    """Converts an RLDS dataset to a dataset of TF-Agents trajectories, one per step.
+
+    Drop-in for TF-Agents' function: same signature (plus keyword-only options) and the same
+    trajectories on valid data. See the module docstring for the mapping and differences.
+
+    Args:
+      rlds_data: An RLDS dataset (see `rlds_reverb.core.types`).
+      policy_info_fn: Optional `fn(current_step, next_step) -> policy_info`; without it the
+        extra step fields (if any) are the policy info.
+      on_invalid: `'raise'` (default) or `'skip'` for invalid episodes.
+      mode: The deprecated name of `on_invalid` (0.1); works until 0.3.
+      batch_size: If set, the trajectories come in batches of this many steps (crossing
+        episodes, in step order), exactly as `.batch(batch_size)` would give them, but cut
+        from whole episodes in C++ (`Dataset.rebatch`) instead of one step at a time.
+      drop_remainder: With `batch_size`, whether to drop a last, smaller batch.
+
+    Returns:
+      A `tf.data.Dataset` of unbatched `Trajectory`s in step order, or of `[batch_size]`
+      batches of them.
+
+    Raises:
+      ValueError: If no RLDS steps exist in `rlds_data`, its step spec is invalid, or
+        `batch_size` is not a positive integer.
+      InvalidArgumentError: While iterating, in `'raise'` mode, at the first invalid episode;
+        the message names the episode and each of its problems (step, field, rule, hint).
+
+    Example:
+      >>> trajectories = rlds_reverb.convert_rlds_to_trajectories(episodes).batch(256)
+      >>> batches = rlds_reverb.convert_rlds_to_trajectories(episodes, batch_size=256)
+    """
+    if batch_size is not None:
+        checks.check_int_at_least(batch_size, 1, argument='batch_size')
+    on_invalid = types.parse_on_invalid(
+        on_invalid, mode=mode, function='convert_rlds_to_trajectories'
+    )
+    per_episode = convert_episodes_to_trajectories(
+        rlds_data, policy_info_fn=policy_info_fn, on_invalid=on_invalid
+    )
+    # A few episodes ready ahead keep the slicing busy (measured 7% faster than none).
+    per_episode = per_episode.prefetch(_EPISODES_AHEAD)
+    if batch_size is not None:
+        return per_episode.rebatch(batch_size, drop_remainder=drop_remainder)
+    return per_episode.unbatch()

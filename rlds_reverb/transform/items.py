@@ -1,0 +1,405 @@
+"""Item kinds: what one Reverb item holds, computed per episode on whole tensors.
+
+An item kind turns one episode's steps (`[T, ...]` tensors, see `rlds_reverb.core.episodes`)
+into *rows* (the per-step records appended to a Reverb writer, shared by every item that
+references them) and *windows* (`start`, `size` pairs into those rows; one per item). The
+writer appends each row once and creates items as references to windows of rows, so
+overlapping items share their steps and no observation is stored twice.
+
+| kind | rows | one item | items per episode of T steps |
+| --- | --- | --- | --- |
+| `TwoStep()` | TF-Agents trajectories | `Trajectory` of `[2, ...]` | T - 1 |
+| `NStep(n, gamma)` | n-step transitions | dict, no time axis | T - 1 |
+| `Sequence(length, period, end)` | steps + `mask` | dict of `[length, ...]` | see below |
+| `Episode(max_length)` | steps + `mask` | dict of `[max_length, ...]` | 1 (or chunks) |
+
+`TwoStep` items are exactly those TF-Agents' `ReverbAddTrajectoryObserver(sequence_length=2,
+stride_length=1)` writes when fed `convert_rlds_to_trajectories`: the pairs (t, t + 1) of
+each episode; nothing crosses an episode boundary and a single-step episode gives no item.
+
+`NStep` items are the steps with `n_step_length > 0` after `adders.n_step(n, gamma)`
+(docs/semantics.md §4; the last step of an episode starts no transition), holding `observation`,
+`action`, `n_step_return`, `n_step_discount`, `next_observation`, `n_step_length` and the
+extra step fields.
+
+`Sequence` items are the windows of `adders.sequences(length, period, end=end)` without
+`is_burn_in` (docs/semantics.md §6): the step fields plus `mask`, false on padding.
+
+`Episode` items are whole episodes padded to `max_length` with null steps (`mask` false).
+A longer episode is an error unless `overflow` says to split it into `max_length` chunks
+(each padded) or to truncate it to its first `max_length` steps.
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import enum
+
+import tensorflow as tf
+
+from adders import nstep
+from adders.sequences import compute_window_starts
+from rlds_reverb.core import checks, specs, types
+from rlds_reverb.core.specs import PolicyInfoFn
+from rlds_reverb.transform import convert
+
+
+class EpisodeOverflow(enum.Enum):
+    """What `Episode(max_length)` does with an episode longer than `max_length`.
+
+    ERROR: raise `EpisodeTooLongError` before writing the episode (the default).
+    SPLIT: write it as consecutive `max_length` chunks, the last one padded.
+    TRUNCATE: write its first `max_length` steps only.
+    """
+
+    ERROR = 'error'
+    SPLIT = 'split'
+    TRUNCATE = 'truncate'
+
+
+class ItemName(enum.Enum):
+    """The item kinds by the names the command line and `parse_item` take."""
+
+    TWO_STEP = 'two-step'
+    N_STEP = 'n-step'
+    SEQUENCE = 'sequence'
+    EPISODE = 'episode'
+
+
+@dataclasses.dataclass(frozen=True)
+class WindowPattern:
+    """Items a `reverb.StructuredWriter` can create alone: fixed windows of the newest rows.
+
+    Every `period` rows (once `length` rows are there) an item of the last `length` rows
+    is created; with `squeeze`, `length` is 1 and the item is that row without a time axis.
+    `rlds_reverb.write.configs` turns this into StructuredWriter configs.
+    """
+
+    length: int
+    period: int = 1
+    squeeze: bool = False
+
+
+def _null_rows(rows: types.Nest, count: int) -> types.Nest:
+    """Returns `count` zero rows shaped like `rows` (flags false, `mask` false)."""
+    return tf.nest.map_structure(
+        lambda x: tf.zeros(tf.concat([[count], tf.shape(x)[1:]], 0), x.dtype), rows
+    )
+
+
+def _append_padding(rows: types.Nest, count: int) -> types.Nest:
+    """Returns `rows` followed by `count` null rows."""
+    padding = _null_rows(rows, count)
+    return tf.nest.map_structure(lambda x, p: tf.concat([x, p], 0), rows, padding)
+
+
+def compute_sequence_windows(
+    size: tf.Tensor, length: int, period: int, end: types.EndBehavior
+) -> tuple[tf.Tensor, tf.Tensor]:
+    """Returns `(starts, sizes)` of an episode's windows, as `adders.sequences` cuts them.
+
+    TRUNCATE windows end at the episode's end; the others have `length` steps (padded past
+    the end for PAD, and for LAST when T < length).
+    """
+    starts = compute_window_starts(size, length, period, end)
+    if end is types.EndBehavior.TRUNCATE:
+        return starts, tf.minimum(length, size - starts)
+    return starts, tf.fill(tf.shape(starts), length)
+
+
+class ItemKind(abc.ABC):
+    """Base class: rows, windows, configs and the item spec of one kind of item.
+
+    Subclasses fill in `compute_rows`, `compute_windows` and `compute_item_spec`; the
+    writer does the rest.
+    """
+
+    # Whether an item is a single row without a time axis.
+    squeeze: bool = False
+    # Whether windows may cross into the next episode.
+    crosses_episodes: bool = False
+
+    def prepare_episodes(self, episodes: tf.data.Dataset) -> tf.data.Dataset:
+        """Returns the RLDS dataset the rows are computed from (a hook; identity here)."""
+        return episodes
+
+    @abc.abstractmethod
+    def compute_rows(self, steps: types.Nest, *, policy_info_fn: PolicyInfoFn) -> types.Nest:
+        """Returns the rows to append for one episode, `[R, ...]` per leaf."""
+
+    @abc.abstractmethod
+    def compute_windows(self, steps: types.Nest) -> tuple[tf.Tensor, tf.Tensor]:
+        """Returns `(starts, sizes)`, int32 `[N]`: one window of rows per item."""
+
+    @abc.abstractmethod
+    def compute_item_spec(
+        self, episodes: tf.data.Dataset, *, policy_info_fn: PolicyInfoFn
+    ) -> types.SpecNest:
+        """Returns the spec of one item (the table signature)."""
+
+    @property
+    @abc.abstractmethod
+    def max_span(self) -> int:
+        """The largest number of rows one item references."""
+
+    @property
+    def window_pattern(self) -> WindowPattern | None:
+        """The items as fixed windows of the newest rows, or None when they are not."""
+        return None
+
+    def describe_length_problem(self, length: int) -> str | None:
+        """Returns why an episode of `length` steps cannot be written, or None."""
+        del length
+        return None
+
+
+@dataclasses.dataclass(frozen=True)
+class TwoStep(ItemKind):
+    """TF-Agents two-step trajectories, one per pair (t, t + 1) of an episode.
+
+    Example:
+      >>> rlds_reverb.push(episodes, 'localhost:8000', 'uniform', item=items.TwoStep())
+    """
+
+    def compute_rows(self, steps, *, policy_info_fn=None):
+        return convert.episode_to_trajectory(steps, policy_info_fn=policy_info_fn)
+
+    def compute_windows(self, steps):
+        count = tf.maximum(tf.shape(steps[types.IS_FIRST])[0] - 1, 0)
+        return tf.range(count), tf.fill([count], 2)
+
+    def compute_item_spec(self, episodes, *, policy_info_fn=None):
+        spec = specs.create_trajectory_data_spec(episodes, policy_info_fn=policy_info_fn)
+        return specs.add_outer_dim(spec)
+
+    @property
+    def max_span(self) -> int:
+        return 2
+
+    @property
+    def window_pattern(self) -> WindowPattern:
+        return WindowPattern(length=2)
+
+
+def _select_n_step_fields(steps: types.Nest) -> dict:
+    fields = (
+        types.OBSERVATION,
+        types.ACTION,
+        types.N_STEP_RETURN,
+        types.N_STEP_DISCOUNT,
+        types.NEXT_OBSERVATION,
+        types.N_STEP_LENGTH,
+    )
+    extras = [f for f in specs.get_extra_step_fields(steps) if f not in fields]
+    return {f: steps[f] for f in (*fields, *extras)}
+
+
+@dataclasses.dataclass(frozen=True)
+class NStep(ItemKind):
+    """N-step transitions (docs/semantics.md §4), one item per step that starts one.
+
+    Args:
+      n: Steps per transition, >= 1.
+      gamma: The discount factor in [0, 1].
+
+    Example:
+      >>> rlds_reverb.push(episodes, client, 'replay', item=items.NStep(3, 0.99),
+      ...                  priority=lambda t: tf.abs(t['n_step_return']))
+    """
+
+    n: int
+    gamma: float
+    squeeze = True
+
+    def __post_init__(self):
+        checks.check_int_at_least(self.n, 1, argument='n')
+        if not 0.0 <= float(self.gamma) <= 1.0:
+            raise ValueError(f'gamma={self.gamma!r} is not valid; expected 0 <= gamma <= 1.')
+
+    def compute_rows(self, steps, *, policy_info_fn=None):
+        del policy_info_fn  # N-step items carry the extra step fields themselves.
+        full = nstep.add_n_step_fields(steps, self.n, float(self.gamma))
+        keep = full[types.N_STEP_LENGTH] > 0
+        return tf.nest.map_structure(
+            lambda x: tf.boolean_mask(x, keep), _select_n_step_fields(full)
+        )
+
+    def compute_windows(self, steps):
+        count = tf.maximum(tf.shape(steps[types.IS_FIRST])[0] - 1, 0)
+        return tf.range(count), tf.ones([count], tf.int32)
+
+    def compute_item_spec(self, episodes, *, policy_info_fn=None):
+        step_spec = specs.get_step_spec(episodes)
+        batched = tf.nest.map_structure(
+            lambda s: tf.TensorSpec([None, *s.shape], s.dtype), step_spec
+        )
+        rows = tf.function(self.compute_rows).get_concrete_function(batched)
+        return tf.nest.map_structure(
+            lambda t: tf.TensorSpec(t.shape[1:], t.dtype), rows.structured_outputs
+        )
+
+    @property
+    def max_span(self) -> int:
+        return 1
+
+    @property
+    def window_pattern(self) -> WindowPattern:
+        return WindowPattern(length=1, squeeze=True)
+
+
+def _compute_masked_step_rows(steps: types.Nest, padding: int) -> types.Nest:
+    """Returns the steps plus `mask` (true), followed by `padding` null rows."""
+    size = tf.shape(steps[types.IS_FIRST])[0]
+    rows = {**steps, types.MASK: tf.ones([size], tf.bool)}
+    return _append_padding(rows, padding) if padding else rows
+
+
+def _compute_masked_step_spec(episodes: tf.data.Dataset, length: int | None) -> dict:
+    step_spec = specs.get_step_spec(episodes)
+    spec = {**step_spec, types.MASK: tf.TensorSpec([], tf.bool)}
+    return tf.nest.map_structure(lambda s: tf.TensorSpec([length, *s.shape], s.dtype), spec)
+
+
+@dataclasses.dataclass(frozen=True)
+class Sequence(ItemKind):
+    """Windows of `length` steps every `period` steps (docs/semantics.md §6), with `mask`.
+
+    Args:
+      length: Steps per window, >= 1.
+      period: Steps between window starts, >= 1 (default `length`).
+      end: The end-of-episode behaviour, a `types.EndBehavior` or its name.
+
+    Example:
+      >>> items.Sequence(40, 20, end='pad')
+    """
+
+    length: int
+    period: int | None = None
+    end: types.EndBehavior | str = types.EndBehavior.TRUNCATE
+
+    def __post_init__(self):
+        checks.check_int_at_least(self.length, 1, argument='length')
+        period = self.length if self.period is None else self.period
+        object.__setattr__(self, 'period', checks.check_int_at_least(period, 1, argument='period'))
+        end = types.as_enum(types.EndBehavior, self.end, argument='end')
+        object.__setattr__(self, 'end', end)
+        object.__setattr__(self, 'crosses_episodes', end is types.EndBehavior.CONTINUE)
+
+    def compute_rows(self, steps, *, policy_info_fn=None):
+        del policy_info_fn
+        pads = self.end in (types.EndBehavior.PAD, types.EndBehavior.LAST)
+        return _compute_masked_step_rows(steps, self.length - 1 if pads else 0)
+
+    def compute_windows(self, steps):
+        size = tf.shape(steps[types.IS_FIRST])[0]
+        if self.crosses_episodes:  # Stream windows: the writer places them.
+            return tf.zeros([0], tf.int32), tf.zeros([0], tf.int32)
+        return compute_sequence_windows(size, self.length, self.period, self.end)
+
+    def compute_item_spec(self, episodes, *, policy_info_fn=None):
+        fixed = self.end is not types.EndBehavior.TRUNCATE
+        return _compute_masked_step_spec(episodes, self.length if fixed else None)
+
+    @property
+    def max_span(self) -> int:
+        return self.length
+
+    @property
+    def window_pattern(self) -> WindowPattern | None:
+        if self.end is not types.EndBehavior.DROP:
+            return None  # The other ends shorten, pad or move the tail window.
+        return WindowPattern(length=self.length, period=self.period)
+
+
+@dataclasses.dataclass(frozen=True)
+class Episode(ItemKind):
+    """Whole episodes, padded to `max_length` steps, with `mask`.
+
+    Args:
+      max_length: Steps per item, >= 1.
+      overflow: What to do with longer episodes: `EpisodeOverflow` or its name.
+
+    Example:
+      >>> items.Episode(1000, overflow='split')
+    """
+
+    max_length: int
+    overflow: EpisodeOverflow | str = EpisodeOverflow.ERROR
+
+    def __post_init__(self):
+        checks.check_int_at_least(self.max_length, 1, argument='max_length')
+        overflow = types.as_enum(EpisodeOverflow, self.overflow, argument='overflow')
+        object.__setattr__(self, 'overflow', overflow)
+
+    def compute_rows(self, steps, *, policy_info_fn=None):
+        del policy_info_fn
+        return _compute_masked_step_rows(steps, self.max_length - 1)
+
+    def compute_windows(self, steps):
+        size = tf.shape(steps[types.IS_FIRST])[0]
+        if self.overflow is EpisodeOverflow.SPLIT:
+            starts = tf.range(0, size, self.max_length)
+        else:
+            starts = tf.zeros([tf.minimum(size, 1)], tf.int32)
+        return starts, tf.fill(tf.shape(starts), self.max_length)
+
+    def compute_item_spec(self, episodes, *, policy_info_fn=None):
+        return _compute_masked_step_spec(episodes, self.max_length)
+
+    def describe_length_problem(self, length):
+        if length <= self.max_length or self.overflow is not EpisodeOverflow.ERROR:
+            return None
+        return (
+            f'the episode has {length} steps, more than Episode(max_length={self.max_length}); '
+            "raise max_length, or pass overflow='split' or overflow='truncate'"
+        )
+
+    @property
+    def max_span(self) -> int:
+        return self.max_length
+
+
+def parse_item(
+    kind: str,
+    *,
+    n: int = 1,
+    gamma: float = 0.99,
+    length: int = 2,
+    period: int | None = None,
+    end: str = 'truncate',
+    max_length: int = 1000,
+    overflow: str = 'error',
+) -> ItemKind:
+    """Returns the item kind named on a command line.
+
+    Args:
+      kind: An `ItemName` value: 'two-step', 'n-step', 'sequence' or 'episode'.
+      n: N-step: steps per transition.
+      gamma: N-step: discount factor.
+      length: Sequence: steps per window.
+      period: Sequence: steps between window starts (default `length`).
+      end: Sequence: end-of-episode behaviour (`types.EndBehavior` value).
+      max_length: Episode: steps per item.
+      overflow: Episode: what to do with longer episodes (`EpisodeOverflow` value).
+
+    Returns:
+      The item kind.
+
+    Raises:
+      ValueError: If `kind` names no item kind (lists the valid names), or an option of the
+        kind is out of range.
+
+    Example:
+      >>> parse_item('n-step', n=3, gamma=0.99)
+    """
+    makers = {
+        ItemName.TWO_STEP: TwoStep,
+        ItemName.N_STEP: lambda: NStep(n, gamma),
+        ItemName.SEQUENCE: lambda: Sequence(length, period, end),
+        ItemName.EPISODE: lambda: Episode(max_length, overflow),
+    }
+    names = {name.value: name for name in ItemName}
+    if kind not in names:
+        raise ValueError(f'item={kind!r} is not valid; expected one of {", ".join(names)}.')
+    return makers[names[kind]]()

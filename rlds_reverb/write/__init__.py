@@ -1,0 +1,1 @@
+"""Writing into Reverb: `push` and its writer engines, observers, resumable pushes, seeding."""

@@ -1,0 +1,110 @@
+"""StructuredWriter configs: the one place that turns windows of rows into Reverb configs.
+
+A `reverb.StructuredWriter` creates items in C++ from configs: a pattern (which columns,
+which rows back) and conditions (on the step index, or the end of an episode). `push`'s
+structured engine and the trajectory observer both build their configs here, from the
+same window rule: every `period` rows, once `length` rows are there, an item of the last
+`length` rows.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import tree
+from reverb import structured_writer as sw
+
+from rlds_reverb.transform import items as items_lib
+
+
+def _make_pattern(structure, length: int, *, squeeze: bool):
+    """Returns the pattern taking the last `length` rows of every column (or the last row)."""
+    if squeeze:
+        return sw.pattern_from_transform(
+            structure, lambda ref: tree.map_structure(lambda x: x[-1], ref)
+        )
+    return sw.pattern_from_transform(
+        structure, lambda ref: tree.map_structure(lambda x: x[-length:], ref)
+    )
+
+
+def make_window_configs(
+    structure,
+    tables: Sequence[str],
+    *,
+    length: int,
+    period: int = 1,
+    priority: float,
+    squeeze: bool = False,
+    keep_tails: bool = False,
+) -> list:
+    """Returns configs creating, every `period` rows, an item of the last `length` rows.
+
+    Args:
+      structure: The structure of one row (leaves are ignored; `[None] * columns` for flat
+        rows).
+      tables: The tables that get every item.
+      length: Rows per item.
+      period: Rows between item ends (the first ends at row `length - 1`).
+      priority: The constant priority of every item.
+      squeeze: Items are single rows without a time axis (`length` must be 1).
+      keep_tails: At the end of an episode, also write the last `length` rows when no item
+        ends there, and the whole episode when it is shorter than `length` (the observer's
+        `keep_tails`).
+
+    Returns:
+      StructuredWriter configs, one set per table.
+
+    Example:
+      >>> configs = make_window_configs([None] * 7, ['replay'], length=2, priority=1.0)
+    """
+    window = _make_pattern(structure, length, squeeze=squeeze)
+    index = sw.Condition.step_index()
+    phase = (length - 1) % period
+    # Conditions that always hold (index >= 0, index % 1 == 0) are left out.
+    conditions = [index >= length - 1] if length > 1 else []
+    if period > 1:
+        conditions.append(index % period == phase)
+    rules = [(window, conditions)]
+    if keep_tails:
+        if period > 1:
+            rules.append(
+                (
+                    window,
+                    [
+                        sw.Condition.is_end_episode(),
+                        index >= length - 1,
+                        index % period != phase,
+                    ],
+                )
+            )
+        for size in range(1, length):
+            short = _make_pattern(structure, size, squeeze=False)
+            rules.append((short, [sw.Condition.is_end_episode(), index == size - 1]))
+    fn = sw.constant_priority_fn(float(priority))
+    return [
+        sw.create_config(pattern, table, conditions=conditions, priority=fn)
+        for table in tables
+        for pattern, conditions in rules
+    ]
+
+
+def make_item_configs(
+    item: items_lib.ItemKind, num_columns: int, tables: Sequence[str], priority: float
+) -> list | None:
+    """Returns the configs creating `item`s from flat rows, or None when configs cannot.
+
+    Example:
+      >>> make_item_configs(items.TwoStep(), 7, ['replay'], 1.0)
+    """
+    pattern = item.window_pattern
+    if pattern is None:
+        return None
+    return make_window_configs(
+        [None] * num_columns,
+        tables,
+        length=pattern.length,
+        period=pattern.period,
+        priority=priority,
+        squeeze=pattern.squeeze,
+    )
