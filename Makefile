@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: demo test bench lint venv clean
+.PHONY: demo test test-fast bench lint venv clean
 
 $(STAMP): setup.py constraints.txt
 	rm -rf $(VENV)
@@ -27,6 +27,9 @@ lint: $(STAMP)
 
 test: $(STAMP) lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+
+test-fast: $(STAMP) lint
+	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests
 
 bench: $(STAMP)
 	@for name in convert push adders sample; do \

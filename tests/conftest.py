@@ -1,4 +1,11 @@
-"""Shared pytest fixtures: real datasets written once per session into temporary directories."""
+"""Shared pytest fixtures: real datasets in temporary directories, a real Reverb server, the CLI.
+
+* `cartpole_dir`, `cartpole_episodes`: a small CartPole RLDS dataset, written once.
+* `reverb_server`, `reverb_client`: one in-process Reverb server with a FIFO-read table per
+  case item (`tests/reverb_tables.py`), and a client of it with every table emptied.
+* `run_cli`: runs the `rlds-reverb` command line in-process or as a program.
+* `subprocess_env`: the environment for Python subprocesses of the tests.
+"""
 
 from __future__ import annotations
 
@@ -7,15 +14,21 @@ import os
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 import pathlib  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
 
 import pytest  # noqa: E402
+import reverb  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
+from rlds_reverb import cli  # noqa: E402
 from rlds_reverb.data import cartpole  # noqa: E402
 from rlds_reverb.data.loading import load  # noqa: E402
+from tests import reverb_tables  # noqa: E402
 
 # 12 episodes of seed 0: 4 truncated at 500 steps, 8 terminated (returns 19 to 250).
 CARTPOLE_ARGS = {'num_episodes': 12, 'seed': 0, 'episodes_per_shard': 5}
+_ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
 @pytest.fixture(scope='session')
@@ -32,3 +45,72 @@ def cartpole_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 def cartpole_episodes(cartpole_dir: pathlib.Path) -> tf.data.Dataset:
     """The CartPole fixture, opened with `rlds_reverb.load`."""
     return load(cartpole_dir)
+
+
+@pytest.fixture(scope='session')
+def reverb_server():
+    """A real Reverb server on a loopback port with one FIFO-read table per case item."""
+    server = reverb.Server(reverb_tables.make_tables(), port=None)
+    yield server
+    server.stop()
+
+
+@pytest.fixture
+def reverb_client(reverb_server) -> reverb.Client:
+    """A client of `reverb_server`, with every table emptied before the test."""
+    return reverb_tables.clean_client(reverb_server)
+
+
+@pytest.fixture(scope='session')
+def subprocess_env() -> dict[str, str]:
+    """The environment of Python subprocesses: quiet TensorFlow, this checkout importable."""
+    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONPATH=str(_ROOT))
+
+
+class CliRunner:
+    """Runs `rlds-reverb ARGS`: `cli.main(argv)` in this process, or `python -m rlds_reverb.cli`."""
+
+    def __init__(self, capsys: pytest.CaptureFixture, env: dict[str, str]):
+        self._capsys = capsys
+        self._env = env
+
+    def command(self, *args) -> list[str]:
+        """The command line of the program."""
+        return [sys.executable, '-m', 'rlds_reverb.cli', *map(str, args)]
+
+    def __call__(
+        self, *args, subprocess: bool = False, timeout: float = 300, env: dict | None = None
+    ) -> tuple[int, str, str]:
+        """Runs the command to its end; returns (exit code, stdout, stderr).
+
+        In-process (the default) exceptions propagate (as with `--debug`), and the output is
+        what this command printed. `subprocess=True` runs a real program (bounded by
+        `timeout` seconds) in `env` (default: `subprocess_env`).
+        """
+        if subprocess:
+            result = _run(self.command(*args), timeout=timeout, env=env or self._env)
+            return result.returncode, result.stdout, result.stderr
+        self._capsys.readouterr()  # Output printed before this command is not its output.
+        code = cli.main([str(arg) for arg in args])
+        captured = self._capsys.readouterr()
+        return code, captured.out, captured.err
+
+    def start(
+        self, *args, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env: dict | None = None
+    ) -> subprocess.Popen:
+        """Starts the program without waiting (a server, or a push to interrupt); text I/O."""
+        return subprocess.Popen(
+            self.command(*args), stdout=stdout, stderr=stderr, text=True, env=env or self._env
+        )
+
+
+def _run(command: list[str], *, timeout: float, env: dict[str, str]):
+    return subprocess.run(
+        command, capture_output=True, text=True, timeout=timeout, env=env, check=False
+    )
+
+
+@pytest.fixture
+def run_cli(capsys, subprocess_env) -> CliRunner:
+    """`run_cli(*args, subprocess=False) -> (code, out, err)`; `run_cli.start(*args)` -> Popen."""
+    return CliRunner(capsys, subprocess_env)

@@ -1,8 +1,11 @@
-"""The adders against the hand-computed cases of `tests/cases/adders_cases.py`.
+"""The adders against the hand-computed case tables of `tests/cases`.
 
-Cases alternate between the dataset forms (RLDS episodes, whole-episode tensors) and one or
-several episodes per TF call, which must give the same numbers; the property tests run
-every form on random episodes. (One form per case keeps tracing time, and the suite, short.)
+N-step (`n_step_cases.py`) and sequence (`sequence_cases.py`) tables are shared with the
+Reverb items (`tests/test_writers.py` pushes them); GAE and frame stacking
+(`adders_cases.py`) are adders-only. Cases alternate between the dataset forms (RLDS
+episodes, whole-episode tensors) and one or several episodes per TF call, which must give
+the same numbers; the property tests run every form on random episodes. (One form per case
+keeps tracing time, and the suite, short.)
 """
 
 from __future__ import annotations
@@ -13,8 +16,8 @@ import tensorflow as tf
 
 import adders
 from rlds_reverb.core import types
-from tests import adders_testlib as lib
-from tests.cases import adders_cases
+from tests import builders, expected
+from tests.cases import adders_cases, n_step_cases, sequence_cases
 
 _KNOBS = [('rlds', 1), ('tensors', 3)]
 
@@ -29,61 +32,60 @@ def _with_knobs(cases):
     return params
 
 
-def _episodes(case):
-    return [lib.build_episode(spec, i) for i, spec in enumerate(case['episodes'])]
-
-
-@pytest.mark.parametrize('case,form,per_call', _with_knobs(adders_cases.N_STEP_CASES))
+@pytest.mark.parametrize('case,form,per_call', _with_knobs(n_step_cases.CASES))
 def test_n_step_matches_case(case, form, per_call):
-    inputs = _episodes(case)
-    out = lib.run(adders.n_step(**case['params'], episodes_per_call=per_call), inputs, form)
+    inputs = builders.case_episodes(case['episodes'])
+    out = builders.run_transform(
+        adders.n_step(**case['params'], episodes_per_call=per_call), inputs, form
+    )
     assert len(out) == len(case['expected'])
-    for steps, given, expected in zip(out, inputs, case['expected'], strict=True):
-        lib.assert_nest_close(
-            {k: steps[k] for k in expected}, expected, where=case['testcase_name']
-        )
+    for steps, given, want in zip(out, inputs, case['expected'], strict=True):
+        expected.assert_nest_close({k: steps[k] for k in want}, want, where=case['testcase_name'])
         assert steps[types.N_STEP_LENGTH].dtype == np.int32
         for name, value in given.items():  # every input field is kept as it was
-            lib.assert_nest_close(steps[name], value)
+            expected.assert_nest_close(steps[name], value)
 
 
 @pytest.mark.parametrize('case,form,per_call', _with_knobs(adders_cases.GAE_CASES))
 def test_gae_matches_case(case, form, per_call):
-    inputs = _episodes(case)
-    out = lib.run(adders.gae(**case['params'], episodes_per_call=per_call), inputs, form)
-    for steps, expected in zip(out, case['expected'], strict=True):
-        lib.assert_nest_close(
-            {k: steps[k] for k in expected}, expected, where=case['testcase_name']
-        )
+    inputs = builders.case_episodes(case['episodes'])
+    out = builders.run_transform(
+        adders.gae(**case['params'], episodes_per_call=per_call), inputs, form
+    )
+    for steps, want in zip(out, case['expected'], strict=True):
+        expected.assert_nest_close({k: steps[k] for k in want}, want, where=case['testcase_name'])
 
 
-@pytest.mark.parametrize('case,form,_', _with_knobs(adders_cases.SEQUENCE_CASES))
+@pytest.mark.parametrize('case,form,_', _with_knobs(sequence_cases.CASES))
 def test_sequences_match_case(case, form, _):
-    windows = lib.make_dataset(_episodes(case), form).apply(adders.sequences(**case['params']))
+    episodes = builders.case_episodes(case['episodes'])
+    windows = builders.dataset(episodes, form).apply(adders.sequences(**case['params']))
     windows = [tf.nest.map_structure(lambda x: x.numpy(), w) for w in windows]
-    expected = case['expected']
-    assert len(windows) == len(expected['observation'])
-    for name, values in expected.items():
-        for window, value in zip(windows, values, strict=True):
-            lib.assert_nest_close(window[name], value, where=f'{case["testcase_name"]}: {name}')
-    for window in windows:
+    given = case.get('expected', {})
+    expected_windows = expected.window_items(case)
+    assert len(windows) == len(expected_windows)
+    for i, (window, want) in enumerate(zip(windows, expected_windows, strict=True)):
+        burn_in = given.get('is_burn_in', [np.zeros(len(want[types.MASK]))] * len(windows))
+        want = {**want, types.IS_BURN_IN: burn_in[i]}
+        expected.assert_nest_close(window, want, where=f'{case["testcase_name"]}: window {i}')
+        for name, values in given.items():
+            expected.assert_nest_close(window[name], values[i], where=f'{name} of window {i}')
         assert window[types.MASK].dtype == bool and window[types.IS_BURN_IN].dtype == bool
-        if 'is_burn_in' not in expected:
-            assert not window[types.IS_BURN_IN].any()
 
 
 @pytest.mark.parametrize('case,form,per_call', _with_knobs(adders_cases.STACK_CASES))
 def test_stack_frames_matches_case(case, form, per_call):
-    out = lib.run(
-        adders.stack_frames(**case['params'], episodes_per_call=per_call), _episodes(case), form
+    episodes = builders.case_episodes(case['episodes'])
+    out = builders.run_transform(
+        adders.stack_frames(**case['params'], episodes_per_call=per_call), episodes, form
     )
-    for steps, expected in zip(out, case['expected'], strict=True):
-        lib.assert_nest_close(steps[types.OBSERVATION], expected[types.OBSERVATION])
+    for steps, want in zip(out, case['expected'], strict=True):
+        expected.assert_nest_close(steps[types.OBSERVATION], want[types.OBSERVATION])
 
 
 def test_transforms_keep_episode_fields_of_rlds_episodes():
-    steps = lib.build_episode(dict(reward=[1, 2, 0], value=[0, 0, 0], ending='truncated'), 0)
-    dataset = lib.make_dataset([steps], 'rlds').map(lambda e: {**e, 'episode_id': tf.constant(7)})
+    (steps,) = builders.case_episodes([dict(reward=[1, 2, 0], value=[0, 0, 0], ending='truncated')])
+    dataset = builders.rlds([steps]).map(lambda e: {**e, 'episode_id': tf.constant(7)})
     for transform in (adders.n_step(2, 0.9), adders.gae(0.9, 0.9), adders.stack_frames(2)):
         episode = next(iter(dataset.apply(transform)))
         assert int(episode['episode_id']) == 7
@@ -92,7 +94,7 @@ def test_transforms_keep_episode_fields_of_rlds_episodes():
 
 def test_gae_then_sequences_compose():
     spec = dict(reward=[1, 1, 1, 0], value=[1, 2, 3, 4], ending='terminated')
-    dataset = lib.make_dataset([lib.build_episode(spec, 0)], 'rlds')
+    dataset = builders.case_dataset([spec])
     windows = list(dataset.apply(adders.gae(0.5, 1.0)).apply(adders.sequences(2, end='pad')))
     advantages = [w[types.ADVANTAGE].numpy().tolist() for w in windows]
     assert advantages == [[0.75, -0.5], [-2.0, 0.0]]
@@ -101,8 +103,8 @@ def test_gae_then_sequences_compose():
 
 def test_stack_frames_then_n_step_stacks_next_observation():
     spec = dict(reward=[1, 1, 1, 0], ending='truncated')
-    dataset = lib.make_dataset([lib.build_episode(spec, 0)], 'tensors')
-    (steps,) = lib.collect_episodes(
+    dataset = builders.episode_tensors(builders.case_episodes([spec]))
+    (steps,) = builders.read_episodes(
         dataset.apply(adders.stack_frames(2)).apply(adders.n_step(2, 1.0))
     )
     np.testing.assert_array_equal(steps[types.OBSERVATION], [[0, 0], [0, 1], [1, 2], [2, 3]])
@@ -113,9 +115,9 @@ def test_gae_value_fn_keras_model_is_called_on_observations():
     model = tf.keras.Sequential([tf.keras.layers.Dense(1, kernel_initializer='ones')])
     model.build([None, 1])
     spec = dict(reward=[1, 1, 0], ending='truncated')
-    episode = lib.build_episode(spec, 0)
+    (episode,) = builders.case_episodes([spec])
     episode[types.OBSERVATION] = episode[types.OBSERVATION][:, None]  # [T, 1]
-    (steps,) = lib.run(adders.gae(1.0, 1.0, value_fn=model), [episode], 'rlds')
+    (steps,) = builders.run_transform(adders.gae(1.0, 1.0, value_fn=model), [episode], 'rlds')
     # V(o) = o (weights one, bias zero): values 0, 1, 2 and returns 1 + 1 + 2, 1 + 2, 2.
     np.testing.assert_allclose(steps[types.VALUE], [0, 1, 2])
     np.testing.assert_allclose(steps[types.RETURN], [4, 3, 2])
@@ -123,8 +125,8 @@ def test_gae_value_fn_keras_model_is_called_on_observations():
 
 def test_gae_value_field_other_than_value_is_kept():
     spec = dict(reward=[1, 0], ending='terminated', extras={'critic': [3, 9]})
-    (steps,) = lib.run(
-        adders.gae(1.0, 1.0, value_field='critic'), [lib.build_episode(spec, 0)], 'rlds'
+    (steps,) = builders.run_transform(
+        adders.gae(1.0, 1.0, value_field='critic'), builders.case_episodes([spec]), 'rlds'
     )
     np.testing.assert_allclose(steps['critic'], [3, 9])
     np.testing.assert_allclose(steps[types.VALUE], [3, 0])

@@ -8,13 +8,13 @@ import tensorflow as tf
 
 import adders
 from rlds_reverb.core import types
-from tests import adders_testlib as lib
+from tests import builders
 
 
 def _dataset(form='rlds', **extra):
-    steps = lib.build_episode(dict(reward=[1, 2, 0], value=[0, 0, 0], ending='truncated'), 0)
+    (steps,) = builders.case_episodes([dict(reward=[1, 2, 0], value=[0, 0, 0], ending='truncated')])
     steps.update(extra)
-    return lib.make_dataset([steps], form)
+    return builders.dataset([steps], form)
 
 
 @pytest.mark.parametrize(
@@ -50,13 +50,13 @@ def test_bad_arguments_raise_value_error(make, match):
 
 
 def test_gae_missing_value_field_names_it():
-    steps = lib.build_episode(dict(reward=[1, 0], ending='truncated'), 0)
+    (steps,) = builders.case_episodes([dict(reward=[1, 0], ending='truncated')])
     with pytest.raises(
         ValueError, match=r"value_field='critic' is not a step field; the steps hold"
     ):
-        lib.make_dataset([steps], 'rlds').apply(adders.gae(0.9, 0.9, value_field='critic'))
+        builders.dataset([steps], 'rlds').apply(adders.gae(0.9, 0.9, value_field='critic'))
     with pytest.raises(ValueError, match=r"value_field='value' is not a step field"):
-        lib.make_dataset([steps], 'tensors').apply(adders.gae(0.9, 0.9))
+        builders.dataset([steps], 'tensors').apply(adders.gae(0.9, 0.9))
 
 
 def test_gae_value_fn_of_wrong_shape_raises_when_applied():
@@ -88,17 +88,17 @@ def test_n_step_refuses_to_run_twice():
 
 
 def test_n_step_needs_reward():
-    steps = lib.build_episode(dict(reward=[1, 0], ending='truncated'), 0)
+    (steps,) = builders.case_episodes([dict(reward=[1, 0], ending='truncated')])
     del steps[types.REWARD]
     with pytest.raises(ValueError, match=r"n_step needs step field\(s\) \['reward'\]"):
-        lib.make_dataset([steps], 'tensors').apply(adders.n_step(2, 0.9))
+        builders.dataset([steps], 'tensors').apply(adders.n_step(2, 0.9))
 
 
 def test_stack_frames_needs_observation():
-    steps = lib.build_episode(dict(reward=[1, 0], ending='truncated'), 0)
+    (steps,) = builders.case_episodes([dict(reward=[1, 0], ending='truncated')])
     del steps[types.OBSERVATION]
     with pytest.raises(ValueError, match=r"stack_frames needs step field\(s\) \['observation'\]"):
-        lib.make_dataset([steps], 'rlds').apply(adders.stack_frames(2))
+        builders.dataset([steps], 'rlds').apply(adders.stack_frames(2))
 
 
 def test_sequences_refuse_to_overwrite_mask():
@@ -119,11 +119,11 @@ def test_transforms_reject_datasets_that_are_not_episodes():
 
 
 def test_missing_discount_is_one_with_a_warning():
-    steps = lib.build_episode(dict(reward=[1, 2, 0], ending='truncated'), 0)
+    (steps,) = builders.case_episodes([dict(reward=[1, 2, 0], ending='truncated')])
     del steps[types.DISCOUNT]
     with pytest.warns(UserWarning, match="no 'discount' field; using 1.0"):
-        dataset = lib.make_dataset([steps], 'tensors').apply(adders.n_step(2, 0.5))
-    (out,) = lib.collect_episodes(dataset)
+        dataset = builders.dataset([steps], 'tensors').apply(adders.n_step(2, 0.5))
+    (out,) = builders.read_episodes(dataset)
     np.testing.assert_allclose(out[types.N_STEP_RETURN], [2, 2, 0])
 
 
@@ -131,6 +131,6 @@ def test_discount_structure_must_match_a_nested_reward():
     spec = dict(
         reward={'a': [1, 0], 'b': [2, 0]}, discount={'a': [1, 1], 'c': [1, 1]}, ending='truncated'
     )
-    dataset = lib.make_dataset([lib.build_episode(spec, 0)], 'tensors')
+    dataset = builders.dataset(builders.case_episodes([spec]), 'tensors')
     with pytest.raises(ValueError, match='discount must be a single tensor or match the reward'):
         dataset.apply(adders.n_step(2, 0.9))

@@ -18,7 +18,7 @@ from tf_agents.utils import common, value_ops
 
 import adders
 from rlds_reverb.core import types
-from tests import adders_testlib as lib
+from tests import builders
 
 # --- Random episodes -----------------------------------------------------------------------
 
@@ -43,18 +43,16 @@ def random_episodes(seed, *, obs='float', reward='scalar', count=6):
         shape = (size,) if reward == 'scalar' else (size, 2)
         discount = np.where(rng.random(size) < 0.7, 1.0, rng.random(size)).astype(np.float32)
         terminal = bool(rng.random() < 0.5)
-        flags = np.arange(size)
         episodes.append(
-            {
-                types.OBSERVATION: _observations(rng, size, obs),
-                types.ACTION: rng.integers(0, 2, size=size).astype(np.int64),
-                types.REWARD: rng.normal(size=shape).astype(np.float32),
-                types.DISCOUNT: discount,
-                types.VALUE: rng.normal(size=shape).astype(np.float32),
-                types.IS_FIRST: flags == 0,
-                types.IS_LAST: flags == size - 1,
-                types.IS_TERMINAL: (flags == size - 1) & terminal,
-            }
+            builders.episode(
+                size,
+                observation=_observations(rng, size, obs),
+                action=rng.integers(0, 2, size=size).astype(np.int64),
+                reward=rng.normal(size=shape).astype(np.float32),
+                discount=discount,
+                value=rng.normal(size=shape).astype(np.float32),
+                ending='terminated' if terminal else 'truncated',
+            )
         )
     return episodes
 
@@ -176,7 +174,7 @@ _CONFIGS = [
 )
 def test_n_step_equals_numpy_reference(obs, reward, form, per_call, n):
     episodes = random_episodes(n, obs=obs, reward=reward)
-    out = lib.run(adders.n_step(n, 0.9, episodes_per_call=per_call), episodes, form)
+    out = builders.run_transform(adders.n_step(n, 0.9, episodes_per_call=per_call), episodes, form)
     for given, steps in zip(episodes, out, strict=True):
         expected = reference_n_step(given, n, 0.9)
         for name, value in expected.items():
@@ -194,7 +192,9 @@ def test_n_step_equals_numpy_reference(obs, reward, form, per_call, n):
 @pytest.mark.parametrize('obs,reward,form,per_call', _CONFIGS[:2])
 def test_gae_equals_numpy_reference(obs, reward, form, per_call, lambda_):
     episodes = random_episodes(7, obs=obs, reward=reward)
-    out = lib.run(adders.gae(0.9, lambda_, episodes_per_call=per_call), episodes, form)
+    out = builders.run_transform(
+        adders.gae(0.9, lambda_, episodes_per_call=per_call), episodes, form
+    )
     for given, steps in zip(episodes, out, strict=True):
         for name, value in reference_gae(given, 0.9, lambda_).items():
             np.testing.assert_allclose(steps[name], value, atol=1e-4, err_msg=name)
@@ -203,7 +203,7 @@ def test_gae_equals_numpy_reference(obs, reward, form, per_call, lambda_):
 @pytest.mark.parametrize('obs,form,per_call', [('dict', 'rlds', 1), ('image', 'tensors', 4)])
 def test_stack_frames_equals_numpy_reference(obs, form, per_call):
     episodes = random_episodes(3, obs=obs)
-    out = lib.run(adders.stack_frames(3, episodes_per_call=per_call), episodes, form)
+    out = builders.run_transform(adders.stack_frames(3, episodes_per_call=per_call), episodes, form)
     for given, steps in zip(episodes, out, strict=True):
         tf.nest.map_structure(
             np.testing.assert_array_equal, steps[types.OBSERVATION], reference_stack(given, 3)
@@ -222,7 +222,7 @@ def test_stack_frames_equals_numpy_reference(obs, form, per_call):
 )
 def test_sequences_equal_numpy_reference(end, length, period, burn_in, form):
     episodes = random_episodes(11, obs='dict')
-    windows = lib.make_dataset(episodes, form).apply(
+    windows = builders.dataset(episodes, form).apply(
         adders.sequences(length, period, end=end, burn_in=burn_in)
     )
     actual = [tf.nest.map_structure(lambda x: x.numpy(), w) for w in windows]
@@ -240,7 +240,7 @@ def test_gae_on_terminated_episodes_equals_tf_agents():
     episodes = [e for e in random_episodes(5, count=10) if e[types.IS_TERMINAL][-1]]
     episodes = [e for e in episodes if len(e[types.REWARD]) > 1]
     assert episodes
-    out = lib.run(adders.gae(0.9, 0.8), episodes, 'tensors')
+    out = builders.run_transform(adders.gae(0.9, 0.8), episodes, 'tensors')
     for given, steps in zip(episodes, out, strict=True):
         last = len(given[types.REWARD]) - 1
         theirs = value_ops.generalized_advantage_estimation(
@@ -265,16 +265,13 @@ def test_gae_on_truncated_episodes_bootstraps_where_tf_agents_ppo_does_not():
     """
     size, gamma, lambda_ = 6, 0.9, 0.8
     rng = np.random.default_rng(0)
-    steps = {
-        types.OBSERVATION: np.zeros((size, 1), np.float32),
-        types.REWARD: rng.normal(size=size).astype(np.float32),
-        types.DISCOUNT: np.ones(size, np.float32),
-        types.VALUE: rng.normal(size=size).astype(np.float32) + 5.0,
-        types.IS_FIRST: np.arange(size) == 0,
-        types.IS_LAST: np.arange(size) == size - 1,
-        types.IS_TERMINAL: np.zeros(size, bool),
-    }
-    (ours,) = lib.run(adders.gae(gamma, lambda_), [steps], 'rlds')
+    steps = builders.episode(
+        observation=np.zeros((size, 1), np.float32),
+        reward=rng.normal(size=size).astype(np.float32),
+        value=rng.normal(size=size).astype(np.float32) + 5.0,
+        ending='truncated',
+    )
+    (ours,) = builders.run_transform(adders.gae(gamma, lambda_), [steps], 'rlds')
     last = size - 1
     values, rewards = steps[types.VALUE][None, :last], steps[types.REWARD][None, :last]
     next_step_types = np.where(np.arange(1, size) == last, ts.StepType.LAST, ts.StepType.MID)
@@ -324,17 +321,15 @@ def _dqn_agent(gamma, n):
 def test_dqn_transitions_match_dqn_agent_n_step_trajectories():
     gamma, n, size = 0.9, 3, 9
     rng = np.random.default_rng(1)
-    steps = {
-        types.OBSERVATION: rng.normal(size=(size, 2)).astype(np.float32),
-        types.ACTION: rng.integers(0, 2, size=size).astype(np.int64),
-        types.REWARD: rng.normal(size=size).astype(np.float32),
-        types.DISCOUNT: np.where(np.arange(size) == 3, 0.5, 1.0).astype(np.float32),
-        types.IS_FIRST: np.arange(size) == 0,
-        types.IS_LAST: np.arange(size) == size - 1,
-        types.IS_TERMINAL: np.arange(size) == size - 1,
-    }
+    steps = builders.episode(
+        observation=rng.normal(size=(size, 2)).astype(np.float32),
+        action=rng.integers(0, 2, size=size).astype(np.int64),
+        reward=rng.normal(size=size).astype(np.float32),
+        discount=np.where(np.arange(size) == 3, 0.5, 1.0).astype(np.float32),
+        ending='terminated',
+    )
     agent = _dqn_agent(gamma, n)
-    data = lib.make_dataset([steps], 'rlds').apply(adders.n_step(n, gamma))
+    data = builders.dataset([steps], 'rlds').apply(adders.n_step(n, gamma))
     transitions = list(data.apply(adders.to_dqn_transitions()).batch(64))[0]
     assert transitions.next_time_step.reward.shape == (size - 1,)
     # Windows of n + 1 frames that fit before the last step: what DqnAgent gets as input.

@@ -1,4 +1,8 @@
-"""The two-step converter against hand-computed cases, a NumPy reference and TF-Agents."""
+"""The two-step converter against the hand-computed cases, a NumPy reference and TF-Agents.
+
+`tests/cases/two_step_cases.py` runs through our converter and, where TF-Agents is right,
+through TF-Agents' own; `tests/test_writers.py` runs the same table through `push`.
+"""
 
 import numpy as np
 import pytest
@@ -8,17 +12,22 @@ from tf_agents.replay_buffers import rlds_to_reverb as tfa_rlds
 import rlds_reverb
 from rlds_reverb.core import errors, types
 from rlds_reverb.transform import convert
-from tests import rlds_builders
-from tests.cases import convert_cases
+from tests import builders, expected
+from tests.cases import two_step_cases
 
-_CASES = {case['testcase_name']: case for case in convert_cases.CASES}
-# TF-Agents is right on these (no dict observations, no extras, float32 discounts).
-_TF_AGENTS_AGREES = [
-    'complete_episode',
-    'truncated_episode',
-    'single_step_episodes',
-    'several_episodes_in_one_stream',
-    'uint8_images',
+_CASES = {case['testcase_name']: case for case in two_step_cases.CASES}
+# The converters under test: ours (the drop-in) on every case, TF-Agents' where it is right
+# (no dict observations, no extra step fields, float32 discounts; the tests below pin the
+# differences).
+_CONVERTERS = {
+    'rlds_reverb': rlds_reverb.convert_rlds_to_trajectories,
+    'tf_agents': tfa_rlds.convert_rlds_to_trajectories,
+}
+_CONVERTER_CASES = [
+    pytest.param(converter, name, id=f'{name}-{converter}')
+    for converter in _CONVERTERS
+    for name in sorted(_CASES)
+    if converter == 'rlds_reverb' or name in two_step_cases.TF_AGENTS_AGREES
 ]
 
 
@@ -26,31 +35,23 @@ def _stack(trajectories):
     return tf.nest.map_structure(lambda *xs: np.stack([x.numpy() for x in xs]), *trajectories)
 
 
-def _assert_nests_equal(actual, expected):
-    if isinstance(expected, dict):
-        assert sorted(actual) == sorted(expected)
-        for key, value in expected.items():
-            _assert_nests_equal(actual[key], value)
-        return
-    expected = np.asarray(expected)
-    assert actual.shape == expected.shape
-    np.testing.assert_allclose(actual, expected.astype(actual.dtype), rtol=1e-6)
+def _case_dataset(name):
+    return builders.case_dataset(_CASES[name]['episodes'])
 
 
-@pytest.mark.parametrize('name', sorted(_CASES))
-def test_matches_hand_computed_case(name):
-    case = _CASES[name]
-    dataset = rlds_builders.make_rlds(case['episodes'])
-    got = _stack(list(rlds_reverb.convert_rlds_to_trajectories(dataset)))
-    expected = case['expected']
-    for field, value in expected.items():
-        _assert_nests_equal(getattr(got, field), value)
-    if 'policy_info' not in expected:
+@pytest.mark.parametrize('converter,name', _CONVERTER_CASES)
+def test_matches_hand_computed_case(converter, name):
+    dataset = _case_dataset(name)
+    got = _stack(list(_CONVERTERS[converter](dataset)))
+    want = _CASES[name]['expected']
+    for field, value in want.items():
+        expected.assert_nest_close(getattr(got, field), value, rtol=1e-6, atol=0, where=field)
+    if 'policy_info' not in want:
         assert got.policy_info == ()
 
 
 def test_keeps_float64_dtypes():
-    dataset = rlds_builders.make_rlds(_CASES['float64_fields']['episodes'])
+    dataset = _case_dataset('float64_fields')
     got = next(iter(rlds_reverb.convert_rlds_to_trajectories(dataset)))
     assert got.discount.dtype == tf.float64
     assert got.reward.dtype == tf.float64
@@ -60,9 +61,9 @@ def test_keeps_float64_dtypes():
         list(tfa_rlds.convert_rlds_to_trajectories(dataset))
 
 
-@pytest.mark.parametrize('name', _TF_AGENTS_AGREES)
+@pytest.mark.parametrize('name', two_step_cases.TF_AGENTS_AGREES)
 def test_equals_tf_agents_where_tf_agents_is_right(name):
-    dataset = rlds_builders.make_rlds(_CASES[name]['episodes'])
+    dataset = _case_dataset(name)
     ours = list(rlds_reverb.convert_rlds_to_trajectories(dataset))
     theirs = list(tfa_rlds.convert_rlds_to_trajectories(dataset))
     assert len(ours) == len(theirs)
@@ -76,7 +77,7 @@ def test_equals_tf_agents_where_tf_agents_is_right(name):
 
 
 def test_dict_observations_are_split_per_step_unlike_tf_agents():
-    dataset = rlds_builders.make_rlds(_CASES['dict_observations']['episodes'])
+    dataset = _case_dataset('dict_observations')
     ours = list(rlds_reverb.convert_rlds_to_trajectories(dataset))
     theirs = list(tfa_rlds.convert_rlds_to_trajectories(dataset))
     # Ours: each trajectory holds its own step's observation.
@@ -88,7 +89,7 @@ def test_dict_observations_are_split_per_step_unlike_tf_agents():
 
 
 def test_policy_info_fn_matches_tf_agents_per_step_meaning():
-    dataset = rlds_builders.make_rlds([rlds_builders.make_episode(4, terminal=False)])
+    dataset = builders.rlds([builders.episode(4, ending='truncated')])
 
     def policy_info_fn(current, following):
         return {'next_reward': following[types.REWARD], 'doubled': 2 * current[types.REWARD]}
@@ -137,16 +138,16 @@ def _numpy_reference(episodes):
 def test_property_against_numpy_reference(seed):
     rng = np.random.default_rng(seed)
     episodes = [
-        rlds_builders.make_episode(
+        builders.episode(
             int(rng.integers(1, 7)),
-            terminal=bool(rng.integers(2)),
+            ending='terminated' if rng.integers(2) else 'truncated',
             obs_dim=3,
             start=float(rng.normal()),
             discount=float(rng.uniform()),
         )
         for _ in range(int(rng.integers(1, 6)))
     ]
-    got = list(rlds_reverb.convert_rlds_to_trajectories(rlds_builders.make_rlds(episodes)))
+    got = list(rlds_reverb.convert_rlds_to_trajectories(builders.rlds(episodes)))
     expected = _numpy_reference(episodes)
     assert len(got) == len(expected)
     for traj, row in zip(got, expected, strict=True):
@@ -155,8 +156,8 @@ def test_property_against_numpy_reference(seed):
 
 
 def test_batched_consumption_matches_unbatched():
-    episodes = [rlds_builders.make_episode(n) for n in (5, 1, 7)]
-    dataset = rlds_builders.make_rlds(episodes)
+    episodes = [builders.episode(n) for n in (5, 1, 7)]
+    dataset = builders.rlds(episodes)
     batched = next(iter(rlds_reverb.convert_rlds_to_trajectories(dataset).batch(256)))
     unbatched = _stack(list(rlds_reverb.convert_rlds_to_trajectories(dataset)))
     tf.nest.map_structure(
@@ -166,8 +167,8 @@ def test_batched_consumption_matches_unbatched():
 
 @pytest.mark.parametrize('drop_remainder', [False, True])
 def test_batch_size_option_equals_batching_step_by_step(drop_remainder):
-    episodes = [rlds_builders.make_episode(n) for n in (5, 1, 7, 2)]
-    dataset = rlds_builders.make_rlds(episodes)
+    episodes = [builders.episode(n) for n in (5, 1, 7, 2)]
+    dataset = builders.rlds(episodes)
     expected = rlds_reverb.convert_rlds_to_trajectories(dataset).batch(
         4, drop_remainder=drop_remainder
     )
@@ -182,15 +183,15 @@ def test_batch_size_option_equals_batching_step_by_step(drop_remainder):
 
 @pytest.mark.parametrize('batch_size', [0, -1, 2.5, True])
 def test_bad_batch_size_is_refused(batch_size):
-    dataset = rlds_builders.make_rlds([rlds_builders.make_episode(3)])
+    dataset = builders.rlds([builders.episode(3)])
     with pytest.raises(ValueError, match=f'batch_size={batch_size!r} is not valid'):
         rlds_reverb.convert_rlds_to_trajectories(dataset, batch_size=batch_size)
 
 
 def test_invalid_episode_raises_invalid_argument_naming_episode_step_field_and_rule():
-    bad = rlds_builders.make_episode(3)
+    bad = builders.episode(3)
     bad[types.IS_TERMINAL] = np.array([False, True, True])
-    dataset = rlds_builders.make_rlds([rlds_builders.make_episode(2), bad])
+    dataset = builders.rlds([builders.episode(2), bad])
     with pytest.raises(
         tf.errors.InvalidArgumentError,
         match='Episode 1 is invalid: episode 1, step 1, field is_terminal, rule '
@@ -200,11 +201,9 @@ def test_invalid_episode_raises_invalid_argument_naming_episode_step_field_and_r
 
 
 def test_skip_mode_drops_invalid_episodes_whole():
-    bad = rlds_builders.make_episode(3)
+    bad = builders.episode(3)
     bad[types.REWARD] = np.array([0.0, np.inf, 0.0], np.float32)
-    dataset = rlds_builders.make_rlds(
-        [rlds_builders.make_episode(2), bad, rlds_builders.make_episode(4)]
-    )
+    dataset = builders.rlds([builders.episode(2), bad, builders.episode(4)])
     got = list(rlds_reverb.convert_rlds_to_trajectories(dataset, on_invalid='skip'))
     assert len(got) == 6
 
@@ -218,19 +217,17 @@ def test_dataset_without_steps_is_a_value_error():
 
 
 def test_missing_step_fields_are_named():
-    episode = rlds_builders.make_episode(2)
+    episode = builders.episode(2)
     del episode[types.ACTION], episode[types.IS_TERMINAL]
-    dataset = rlds_builders.make_rlds([episode])
+    dataset = builders.rlds([episode])
     with pytest.raises(ValueError, match=r"missing step field\(s\) \['action', 'is_terminal'\]"):
         rlds_reverb.convert_rlds_to_trajectories(dataset)
 
 
 def test_inconsistent_shapes_between_episodes_are_named():
-    signature = rlds_builders.make_step_signature(
-        **{types.OBSERVATION: tf.TensorSpec([None], tf.float32)}
-    )
-    episodes = [rlds_builders.make_episode(2, obs_dim=2), rlds_builders.make_episode(3, obs_dim=5)]
-    dataset = rlds_builders.make_rlds_from_generator(episodes, signature)
+    signature = builders.step_signature(**{types.OBSERVATION: tf.TensorSpec([None], tf.float32)})
+    episodes = [builders.episode(2, obs_dim=2), builders.episode(3, obs_dim=5)]
+    dataset = builders.rlds_from_generator(episodes, signature)
     with pytest.raises(
         tf.errors.InvalidArgumentError,
         match=r'episode 1, step 0, field observation, rule consistent_shape: .*\[2\]',
@@ -240,14 +237,12 @@ def test_inconsistent_shapes_between_episodes_are_named():
 
 
 def test_report_mode_is_refused_by_the_converter():
-    dataset = rlds_builders.make_rlds([rlds_builders.make_episode(2)])
+    dataset = builders.rlds([builders.episode(2)])
     with pytest.raises(ValueError, match="on_invalid='report' converts nothing"):
         rlds_reverb.convert_rlds_to_trajectories(dataset, on_invalid='report')
 
 
 def test_per_episode_conversion_keeps_time_axis():
-    dataset = rlds_builders.make_rlds(
-        [rlds_builders.make_episode(4), rlds_builders.make_episode(1)]
-    )
+    dataset = builders.rlds([builders.episode(4), builders.episode(1)])
     per_episode = list(convert.convert_episodes_to_trajectories(dataset))
     assert [t.step_type.shape[0] for t in per_episode] == [4, 1]

@@ -95,6 +95,7 @@ def test_evaluation_needs_an_episode():
         learner.evaluate_policy(agent.policy, num_episodes=0)
 
 
+@pytest.mark.slow
 def test_quick_training_from_reverb_lowers_the_loss(episodes, tmp_path):
     config = learner.LearnerConfig(
         num_iterations=300, batch_size=64, eval_interval=0, learning_rate=1e-3

@@ -14,6 +14,7 @@ from rlds_reverb.core import types
 from rlds_reverb.core.errors import SourceError, SourceNotFoundError, SpecMismatchError
 from rlds_reverb.data import cartpole, tfds_writer
 from rlds_reverb.data.loading import find_dataset_directory, load
+from tests import builders
 
 NUM_EPISODES = 12
 
@@ -25,25 +26,12 @@ def count(episodes: tf.data.Dataset) -> int:
 def write_toy_dataset(directory: pathlib.Path, step_fields: dict[str, np.ndarray]) -> pathlib.Path:
     """Writes a 2-episode TFDS RLDS dataset whose steps hold `step_fields` plus the flags."""
     length = len(next(iter(step_fields.values())))
-    flags = {
-        types.IS_FIRST: np.arange(length) == 0,
-        types.IS_LAST: np.arange(length) == length - 1,
-        types.IS_TERMINAL: np.arange(length) == length - 1,
-    }
+    flags = {k: v for k, v in builders.episode(length).items() if k in types.FLAG_FIELDS}
     features = tfds_writer.make_rlds_features(
         {k: tfds.features.Tensor(shape=v.shape[1:], dtype=v.dtype) for k, v in step_fields.items()}
     )
-    episode = {types.STEPS: {**step_fields, **flags}}
-    return tfds_writer.write_rlds_dataset(
-        directory / 'toy' / '1.0.0', [episode, episode], features=features, name='toy'
-    )
-
-
-def make_steps_dataset(steps: dict[str, np.ndarray]) -> tf.data.Dataset:
-    """Returns a one-episode RLDS `tf.data.Dataset` holding `steps`."""
-    return tf.data.Dataset.from_tensors(steps).map(
-        lambda s: {types.STEPS: tf.data.Dataset.from_tensor_slices(s)}
-    )
+    steps = {**step_fields, **flags}
+    return builders.write_tfds(directory, [steps, steps], name='toy', features=features)
 
 
 @pytest.fixture
@@ -179,7 +167,7 @@ def test_missing_fields_of_a_tf_dataset_are_named():
         match=r"the given tf.data.Dataset: .*\['action', 'reward', 'discount', 'is_last', "
         r"'is_terminal'\]",
     ):
-        load(make_steps_dataset(steps))
+        load(builders.rlds([steps]))
 
 
 def test_unknown_split_lists_the_available_ones(cartpole_dir):
@@ -233,7 +221,7 @@ def test_missing_discount_follows_a_nested_reward():
         types.IS_TERMINAL: np.array([False, False]),
     }
     with pytest.warns(UserWarning, match="no 'discount' field"):
-        episodes = load(make_steps_dataset(steps))
+        episodes = load(builders.rlds([steps]))
     discount = episodes.element_spec[types.STEPS].element_spec[types.DISCOUNT]
     assert discount == {
         'task': tf.TensorSpec([], tf.float32),

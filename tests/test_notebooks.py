@@ -7,6 +7,8 @@ import nbclient
 import nbformat
 import pytest
 
+pytestmark = pytest.mark.slow  # Each notebook starts a kernel and runs end to end (13-65 s).
+
 _NOTEBOOKS = sorted((pathlib.Path(__file__).parent.parent / 'notebooks').glob('*.ipynb'))
 
 

@@ -9,21 +9,20 @@ from tf_agents.replay_buffers import reverb_utils
 
 from rlds_reverb.transform import convert
 from rlds_reverb.write import observers
-from tests.reverb_fixtures import *  # noqa: F403
-from tests.reverb_fixtures import make_case_episodes, read_items
+from tests import builders
+from tests.cases.episodes import THREE_EPISODES
+from tests.reverb_tables import as_lists, read_items
 
 
 def _write(observer) -> None:
-    for trajectory in convert.convert_rlds_to_trajectories(make_case_episodes()):
+    episodes = builders.case_dataset(THREE_EPISODES)
+    for trajectory in convert.convert_rlds_to_trajectories(episodes):
         observer(tree.map_structure(np.asarray, trajectory))
     observer.close()
 
 
 def _read(client, table) -> list:
-    return [
-        tree.map_structure(lambda x: np.asarray(x).tolist(), s.data)
-        for s in read_items(client, table)
-    ]
+    return [as_lists(s.data) for s in read_items(client, table)]
 
 
 @pytest.mark.parametrize(

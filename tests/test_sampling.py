@@ -11,7 +11,7 @@ from rlds_reverb.core import types
 from rlds_reverb.core.errors import EmptyTableError, SpecMismatchError, TableError
 from rlds_reverb.learn import priorities, sampling
 from rlds_reverb.serve import tables
-from tests import reverb_fixtures
+from tests import reverb_tables
 
 ITEM_SPEC = {
     'observation': tf.TensorSpec([3], tf.float32),
@@ -59,7 +59,7 @@ def server():
 
 @pytest.fixture
 def client(server):
-    return reverb_fixtures.make_clean_client(server)
+    return reverb_tables.clean_client(server)
 
 
 def _learner(client, tables_, **kwargs) -> sampling.LearnerDataset:

@@ -2,69 +2,69 @@
 
 from __future__ import annotations
 
-import os
 import signal
-import subprocess
-import sys
 
 import numpy as np
 import portpicker
 import pytest
 import reverb
-import tree
 
 from rlds_reverb import cli
 from rlds_reverb.core import errors
 from rlds_reverb.serve import checkpoints, tables
 from rlds_reverb.transform import items
 from rlds_reverb.write import seed
-from tests.cases import reverb_cases
-from tests.reverb_fixtures import *  # noqa: F403
-from tests.reverb_fixtures import make_case_episodes, read_items
+from tests import builders, expected
+from tests.cases import n_step_cases, two_step_cases
+from tests.cases.episodes import THREE_EPISODES
+from tests.reverb_tables import as_lists, read_items
 
 
-def _observations(client, table):
-    return [np.ravel(s.data.observation).tolist() for s in read_items(client, table)]
+def _three_episodes():
+    """THREE_EPISODES (tests/cases/episodes.py) as an RLDS dataset."""
+    return builders.case_dataset(THREE_EPISODES)
+
+
+def _case(cases, name):
+    (case,) = (c for c in cases if c['testcase_name'] == name)
+    return case
 
 
 def test_checkpoint_round_trip_restores_the_same_items(tmp_path):
     first = seed.seed_server(
-        make_case_episodes(), table='replay', preset='fifo', checkpoint_dir=tmp_path
+        _three_episodes(), table='replay', preset='fifo', checkpoint_dir=tmp_path
     )
     assert (first.outcome, first.items) == (seed.SeedOutcome.PUSHED, 5)
     assert checkpoints.find_latest_checkpoint(tmp_path) is not None
     first.server.stop()
     second = seed.seed_server(
-        make_case_episodes(), table='replay', preset='fifo', checkpoint_dir=tmp_path
+        _three_episodes(), table='replay', preset='fifo', checkpoint_dir=tmp_path
     )
     try:
         assert (second.outcome, second.items) == (seed.SeedOutcome.RESTORED, 5)
         client = reverb.Client(second.address)
-        restored = [
-            tree.map_structure(lambda x: np.asarray(x).tolist(), s.data)
-            for s in read_items(client, 'replay')
-        ]
+        restored = [as_lists(s.data) for s in read_items(client, 'replay')]
     finally:
         second.server.stop()
-    expected = [list(map(float, case['observation'])) for case in reverb_cases.TWO_STEP_ITEMS]
-    assert [np.ravel(r.observation).tolist() for r in restored] == expected
-    assert [r.step_type for r in restored] == [
-        list(c['step_type']) for c in reverb_cases.TWO_STEP_ITEMS
+    want = expected.two_step_items(_case(two_step_cases.CASES, 'three_episodes'))
+    assert [np.ravel(r.observation).tolist() for r in restored] == [
+        np.ravel(item['observation']).astype(float).tolist() for item in want
     ]
+    assert [r.step_type for r in restored] == [item['step_type'].tolist() for item in want]
 
 
 def test_restoring_under_another_table_name_raises(tmp_path):
-    first = seed.seed_server(make_case_episodes(), table='replay', checkpoint_dir=tmp_path)
+    first = seed.seed_server(_three_episodes(), table='replay', checkpoint_dir=tmp_path)
     first.server.stop()
     with pytest.raises(errors.TableError, match="Could not restore .* table 'other'"):
-        seed.seed_server(make_case_episodes(), table='other', checkpoint_dir=tmp_path)
+        seed.seed_server(_three_episodes(), table='other', checkpoint_dir=tmp_path)
 
 
 def test_seed_prioritized_with_n_step_priorities():
     result = seed.seed_server(
-        make_case_episodes(),
+        _three_episodes(),
         preset='prioritized',
-        item=items.NStep(**reverb_cases.N_STEP),
+        item=items.NStep(**_case(n_step_cases.CASES, 'three_episodes')['params']),
         priority=lambda batch: abs(batch['n_step_return']) + 1.0,
     )
     try:
@@ -79,17 +79,10 @@ def test_unknown_preset_raises():
         tables.make_table('lifo', 't', signature=None, max_size=10)
 
 
-def _start(args, log_path):
+def _start(run_cli, args, log_path):
     """Starts `serve`; its stderr (Reverb's logs) goes to a file so no pipe fills up."""
-    env = {**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '3'}
     with open(log_path, 'a') as log:
-        return subprocess.Popen(
-            [sys.executable, '-m', 'rlds_reverb.cli', *args],
-            stdout=subprocess.PIPE,
-            stderr=log,
-            text=True,
-            env=env,
-        )
+        return run_cli.start(*args, stderr=log)
 
 
 def _read_until_serving(process) -> list[str]:
@@ -108,13 +101,8 @@ def _stop(process) -> str:
     return out
 
 
-def _run(args) -> subprocess.CompletedProcess:
-    env = {**os.environ, 'TF_CPP_MIN_LOG_LEVEL': '3'}
-    command = [sys.executable, '-m', 'rlds_reverb.cli', *args]
-    return subprocess.run(command, capture_output=True, text=True, env=env, timeout=300)
-
-
-def test_cli_serve_push_and_restore(cartpole_dir, tmp_path):
+@pytest.mark.slow
+def test_cli_serve_push_and_restore(cartpole_dir, tmp_path, run_cli):
     port = portpicker.pick_unused_port()
     serve_args = [
         'serve',
@@ -130,31 +118,30 @@ def test_cli_serve_push_and_restore(cartpole_dir, tmp_path):
         '--checkpoint-dir',
         str(tmp_path / 'checkpoints'),
     ]
-    serving = _start(serve_args, tmp_path / 'serve.log')
+    serving = _start(run_cli, serve_args, tmp_path / 'serve.log')
     try:
         lines = _read_until_serving(serving)
         assert lines[-2].startswith('Pushed ') and 'checkpoint written to' in lines[-2]
         seeded = int(lines[-2].split()[1])
-        pushed = _run(
-            [
-                'push',
-                str(cartpole_dir),
-                '--server',
-                f'localhost:{port}',
-                '--table',
-                'replay',
-                '--workers',
-                '2',
-            ]
+        code, out, err = run_cli(
+            'push',
+            cartpole_dir,
+            '--server',
+            f'localhost:{port}',
+            '--table',
+            'replay',
+            '--workers',
+            '2',
+            subprocess=True,
         )
-        assert pushed.returncode == 0, pushed.stderr
-        assert f'Pushed {seeded} items' in pushed.stdout
-        assert 'steps' in pushed.stderr  # The tqdm bar.
+        assert code == 0, err
+        assert f'Pushed {seeded} items' in out
+        assert 'steps' in err  # The tqdm bar.
         size = reverb.Client(f'localhost:{port}').server_info()['replay'].current_size
         assert size == 2 * seeded
     finally:
         assert 'Stopped.' in _stop(serving)
-    restarted = _start(serve_args, tmp_path / 'serve.log')
+    restarted = _start(run_cli, serve_args, tmp_path / 'serve.log')
     try:
         lines = _read_until_serving(restarted)
         assert lines[-2].startswith(f"Restored table 'replay' ({seeded} items)")
@@ -162,26 +149,23 @@ def test_cli_serve_push_and_restore(cartpole_dir, tmp_path):
         _stop(restarted)
 
 
-def test_cli_push_errors_are_one_clear_line(cartpole_dir, reverb_server, capsys):
+def test_cli_push_errors_are_one_clear_line(cartpole_dir, reverb_server, run_cli):
     address = f'localhost:{reverb_server.port}'
-    code = cli.main(['push', str(cartpole_dir), '--server', address, '--table', 'x'])
-    err = capsys.readouterr().err
+    code, _, err = run_cli('push', cartpole_dir, '--server', address, '--table', 'x')
     assert code == cli.EXIT_ERROR
     assert "rlds-reverb push: error: Could not find table 'x'" in err
     assert 'Traceback' not in err
 
 
-def test_cli_push_debug_shows_the_exception(cartpole_dir):
+def test_cli_push_debug_shows_the_exception(cartpole_dir, run_cli):
     with pytest.raises(errors.ReverbConnectionError, match='localhost:1'):
-        cli.main(
-            ['push', str(cartpole_dir), '--server', 'localhost:1', '--timeout-ms', '500', '--debug']
-        )
+        run_cli('push', cartpole_dir, '--server', 'localhost:1', '--timeout-ms', '500', '--debug')
 
 
-def test_cli_push_rejects_bad_workers(cartpole_dir, capsys):
-    code = cli.main(['push', str(cartpole_dir), '--server', 'localhost:1', '--workers', '0'])
+def test_cli_push_rejects_bad_workers(cartpole_dir, run_cli):
+    code, _, err = run_cli('push', cartpole_dir, '--server', 'localhost:1', '--workers', '0')
     assert code == cli.EXIT_ERROR
-    assert '--workers=0 is not valid' in capsys.readouterr().err
+    assert '--workers=0 is not valid' in err
 
 
 @pytest.mark.parametrize(
@@ -191,7 +175,7 @@ def test_cli_push_rejects_bad_workers(cartpole_dir, capsys):
         (['--checkpoint-every', '0'], '--checkpoint-every=0 is not valid'),
     ],
 )
-def test_cli_push_rejects_bad_resume_options(cartpole_dir, capsys, options, message):
-    argv = ['push', str(cartpole_dir), '--server', 'localhost:1', *options]
-    assert cli.main(argv) == cli.EXIT_ERROR
-    assert message in capsys.readouterr().err
+def test_cli_push_rejects_bad_resume_options(cartpole_dir, run_cli, options, message):
+    code, _, err = run_cli('push', cartpole_dir, '--server', 'localhost:1', *options)
+    assert code == cli.EXIT_ERROR
+    assert message in err

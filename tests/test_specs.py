@@ -7,7 +7,7 @@ import tensorflow as tf
 import rlds_reverb
 from rlds_reverb.core import errors, specs, types
 from rlds_reverb.data import stats
-from tests import rlds_builders
+from tests import builders
 
 
 def test_get_rlds_step_features_matches_tf_agents():
@@ -17,9 +17,9 @@ def test_get_rlds_step_features_matches_tf_agents():
 
 
 def test_extra_fields_become_policy_info_spec():
-    episode = rlds_builders.make_episode(2)
+    episode = builders.episode(2)
     episode['log_prob'] = np.zeros(2, np.float32)
-    spec = rlds_reverb.create_trajectory_data_spec(rlds_builders.make_rlds([episode]))
+    spec = rlds_reverb.create_trajectory_data_spec(builders.rlds([episode]))
     assert spec.policy_info == {'log_prob': tf.TensorSpec([], tf.float32)}
 
 
@@ -51,19 +51,17 @@ def test_check_specs_match_raises_with_the_diff():
 
 
 def test_table_signature_has_an_outer_dimension():
-    spec = rlds_reverb.create_trajectory_data_spec(
-        rlds_builders.make_rlds([rlds_builders.make_episode(2)])
-    )
+    spec = rlds_reverb.create_trajectory_data_spec(builders.rlds([builders.episode(2)]))
     signature = specs.add_outer_dim(spec)
     assert signature.observation.shape.as_list() == [None, 2]
 
 
 def test_describe_dataset_counts_endings_and_returns():
     episodes = [
-        rlds_builders.make_episode(3, terminal=True),
-        rlds_builders.make_episode(2, terminal=False),
+        builders.episode(3, ending='terminated'),
+        builders.episode(2, ending='truncated'),
     ]
-    summary = stats.describe_dataset(rlds_builders.make_rlds(episodes))
+    summary = stats.describe_dataset(builders.rlds(episodes))
     assert (summary.episodes, summary.steps, summary.terminated, summary.truncated) == (2, 5, 1, 1)
     np.testing.assert_allclose(summary.returns, [0 + 1 + 2, 0 + 1])
     assert 'observation: float32[2]' in summary.format()
@@ -72,7 +70,7 @@ def test_describe_dataset_counts_endings_and_returns():
 def test_describe_dataset_needs_rlds_steps():
     with pytest.raises(errors.SourceError):
         stats.describe_dataset(tf.data.Dataset.from_tensors({'x': 1}))
-    episode = rlds_builders.make_episode(2)
+    episode = builders.episode(2)
     del episode[types.REWARD]
     with pytest.raises(errors.SpecMismatchError, match=r"missing step field\(s\) \['reward'\]"):
-        stats.describe_dataset(rlds_builders.make_rlds([episode]))
+        stats.describe_dataset(builders.rlds([episode]))

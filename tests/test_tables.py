@@ -10,11 +10,12 @@ from tf_agents.specs import tensor_spec
 from rlds_reverb.core import errors
 from rlds_reverb.serve import tables
 from rlds_reverb.transform import items
-from tests.reverb_fixtures import make_case_episodes
+from tests import builders
+from tests.cases.episodes import THREE_EPISODES
 
 
 def test_two_step_signature_equals_tf_agents():
-    episodes = make_case_episodes()
+    episodes = builders.case_dataset(THREE_EPISODES)
     expected = tensor_spec.add_outer_dim(tfa_rlds.create_trajectory_data_spec(episodes))
     assert tables.signature_for(items.TwoStep(), episodes) == expected
 
@@ -48,7 +49,7 @@ def test_bad_arguments_raise_before_reverb(make, match):
 
 
 def test_presets_build_the_described_tables():
-    signature = tables.signature_for(items.TwoStep(), make_case_episodes())
+    signature = tables.signature_for(items.TwoStep(), builders.case_dataset(THREE_EPISODES))
     presets = [
         tables.uniform('u', max_size=10, signature=signature, max_times_sampled=3),
         tables.prioritized(

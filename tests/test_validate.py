@@ -7,18 +7,18 @@ import tensorflow as tf
 import rlds_reverb
 from rlds_reverb.core import errors, types
 from rlds_reverb.data.validation import Rule
-from tests import rlds_builders
+from tests import builders
 
 
 def _with(length=4, **fields):
-    episode = rlds_builders.make_episode(length)
+    episode = builders.episode(length)
     for name, value in fields.items():
         episode[name] = np.asarray(value, episode[name].dtype)
     return episode
 
 
 def _problems(episodes):
-    report = rlds_reverb.validate(rlds_builders.make_rlds(episodes), on_invalid='report')
+    report = rlds_reverb.validate(builders.rlds(episodes), on_invalid='report')
     return {(p.episode, p.step, p.field, p.rule) for p in report.problems}
 
 
@@ -41,23 +41,21 @@ _RULE_CASES = [
     ('rule', 'fields', 'where'), _RULE_CASES, ids=lambda x: getattr(x, 'name', None)
 )
 def test_each_rule_is_reported_at_its_step_and_field(rule, fields, where):
-    problems = _problems([rlds_builders.make_episode(2), _with(**fields)])
+    problems = _problems([builders.episode(2), _with(**fields)])
     assert (1, *where, rule) in problems
     assert all(p[0] == 1 for p in problems)
 
 
 def test_empty_episode_is_reported():
-    problems = _problems([rlds_builders.make_episode(2), _with(length=0)])
+    problems = _problems([builders.episode(2), _with(length=0)])
     assert problems == {(1, 0, types.STEPS, Rule.NON_EMPTY)}
 
 
 def test_inconsistent_shapes_are_reported_against_the_first_episode():
-    signature = rlds_builders.make_step_signature(
-        **{types.OBSERVATION: tf.TensorSpec([None], tf.float32)}
-    )
-    episodes = [rlds_builders.make_episode(2, obs_dim=3), rlds_builders.make_episode(2, obs_dim=4)]
+    signature = builders.step_signature(**{types.OBSERVATION: tf.TensorSpec([None], tf.float32)})
+    episodes = [builders.episode(2, obs_dim=3), builders.episode(2, obs_dim=4)]
     report = rlds_reverb.validate(
-        rlds_builders.make_rlds_from_generator(episodes, signature), on_invalid='report'
+        builders.rlds_from_generator(episodes, signature), on_invalid='report'
     )
     (problem,) = report.problems
     assert (problem.episode, problem.field, problem.rule) == (
@@ -69,7 +67,7 @@ def test_inconsistent_shapes_are_reported_against_the_first_episode():
 
 
 def test_nested_rewards_name_the_leaf():
-    episode = rlds_builders.make_episode(3)
+    episode = builders.episode(3)
     episode[types.REWARD] = {
         'task_a': np.array([0.0, 1.0, 0.0], np.float32),
         'task_b': np.array([0.0, np.nan, 0.0], np.float32),
@@ -79,12 +77,12 @@ def test_nested_rewards_name_the_leaf():
 
 def test_report_counts_and_rows():
     episodes = [
-        rlds_builders.make_episode(3, terminal=True),
-        rlds_builders.make_episode(2, terminal=False),
+        builders.episode(3, ending='terminated'),
+        builders.episode(2, ending='truncated'),
         _with(reward=[np.nan, np.nan, np.nan, np.nan, np.nan, np.nan, np.nan][:4]),
-        rlds_builders.make_episode(1, terminal=True),
+        builders.episode(1, ending='terminated'),
     ]
-    report = rlds_reverb.validate(rlds_builders.make_rlds(episodes), on_invalid='report')
+    report = rlds_reverb.validate(builders.rlds(episodes), on_invalid='report')
     assert (report.valid, report.invalid, report.terminated, report.truncated) == (3, 1, 2, 1)
     assert report.steps == 6 and report.invalid_episodes == [2] and not report.ok
     (problem,) = report.problems
@@ -94,14 +92,14 @@ def test_report_counts_and_rows():
 
 
 def test_skip_mode_lists_what_would_be_dropped_without_raising():
-    episodes = [_with(is_first=[0, 0, 0, 0]), rlds_builders.make_episode(2)]
-    report = rlds_reverb.validate(rlds_builders.make_rlds(episodes), on_invalid='skip')
+    episodes = [_with(is_first=[0, 0, 0, 0]), builders.episode(2)]
+    report = rlds_reverb.validate(builders.rlds(episodes), on_invalid='skip')
     assert report.invalid_episodes == [0] and report.valid == 1
 
 
 def test_raise_mode_names_the_episode_and_every_problem():
     bad = _with(reward=[0.0, np.inf, 0.0, 0.0], discount=[1.0, 1.0, 2.0, 1.0])
-    dataset = rlds_builders.make_rlds([rlds_builders.make_episode(2), bad, bad])
+    dataset = builders.rlds([builders.episode(2), bad, bad])
     with pytest.raises(errors.InvalidEpisodeError) as caught:
         rlds_reverb.validate(dataset)
     error = caught.value
@@ -114,8 +112,10 @@ def test_raise_mode_names_the_episode_and_every_problem():
 
 
 def test_valid_data_passes_in_raise_mode():
-    episodes = [rlds_builders.make_episode(n, terminal=n % 2 == 0) for n in (1, 2, 5)]
-    report = rlds_reverb.validate(rlds_builders.make_rlds(episodes))
+    episodes = [
+        builders.episode(n, ending='terminated' if n % 2 == 0 else 'truncated') for n in (1, 2, 5)
+    ]
+    report = rlds_reverb.validate(builders.rlds(episodes))
     assert report.ok and report.episodes == 3
 
 
@@ -123,22 +123,20 @@ def test_unknown_mode_lists_valid_modes():
     with pytest.raises(
         ValueError, match="on_invalid='fix' is not valid; expected one of 'raise', 'skip', 'report'"
     ):
-        rlds_reverb.validate(
-            rlds_builders.make_rlds([rlds_builders.make_episode(2)]), on_invalid='fix'
-        )
+        rlds_reverb.validate(builders.rlds([builders.episode(2)]), on_invalid='fix')
 
 
 def test_non_bool_flags_and_string_rewards_are_spec_errors():
-    episode = rlds_builders.make_episode(2)
+    episode = builders.episode(2)
     episode[types.IS_LAST] = episode[types.IS_LAST].astype(np.int32)
     with pytest.raises(
         errors.SpecMismatchError, match="'is_last' has dtype int32; it must be bool"
     ):
-        rlds_reverb.validate(rlds_builders.make_rlds([episode]))
-    episode = rlds_builders.make_episode(2)
+        rlds_reverb.validate(builders.rlds([episode]))
+    episode = builders.episode(2)
     episode[types.REWARD] = np.array([b'1', b'2'])
     with pytest.raises(errors.SpecMismatchError, match="'reward' has dtype string"):
-        rlds_reverb.validate(rlds_builders.make_rlds([episode]))
+        rlds_reverb.validate(builders.rlds([episode]))
 
 
 def test_missing_steps_is_a_source_error():

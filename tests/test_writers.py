@@ -1,4 +1,9 @@
-"""Pushes into a real in-process Reverb server: items read back equal hand-computed cases."""
+"""Pushes into a real in-process Reverb server: items read back equal the hand-computed cases.
+
+The case tables of `tests/cases` (two-step, n-step, sequences, episodes) run through `push`
+with each writer engine that can create their items (`engine='structured'`: two-step,
+n-step and dropped-tail sequences with a constant priority; `engine='trajectory'`: all).
+"""
 
 from __future__ import annotations
 
@@ -17,129 +22,203 @@ from rlds_reverb.serve import table_info
 from rlds_reverb.transform import items, plans
 from rlds_reverb.write import observers
 from rlds_reverb.write import push as writers
-from tests.cases import reverb_cases
-from tests.reverb_fixtures import *  # noqa: F403
-from tests.reverb_fixtures import (
-    make_case_episodes,
-    make_case_steps,
-    make_window_items,
+from tests import builders, expected
+from tests.cases import sequence_cases
+from tests.cases.episodes import THREE_EPISODES
+from tests.reverb_tables import (
+    EPISODE_CASES,
+    N_STEP_CASES,
+    SEQUENCE_CASES,
+    TWO_STEP_CASES,
+    as_lists,
+    case_table,
     read_items,
+    table_size,
 )
 
+_ENGINES = ['structured', 'trajectory']
+_N_STEP = {case['testcase_name']: case for case in N_STEP_CASES}['three_episodes']
 
-def _as_lists(nest):
-    return tree.map_structure(lambda x: np.asarray(x).tolist(), nest)
+
+def _case_id(case: dict) -> str:
+    return case['testcase_name']
 
 
-def _table_size(client, table):
-    return client.server_info()[table].current_size
+def _three_episodes(indices=(0, 1, 2)) -> tf.data.Dataset:
+    """THREE_EPISODES (tests/cases/episodes.py), or those at `indices`, as an RLDS dataset."""
+    return builders.case_dataset([THREE_EPISODES[i] for i in indices])
 
 
 def _push_and_read(client, table, item, episodes=None, **kwargs):
-    stats = writers.push(episodes or make_case_episodes(), client, table, item=item, **kwargs)
-    assert stats.items == {table: _table_size(client, table)}
+    stats = writers.push(episodes or _three_episodes(), client, table, item=item, **kwargs)
+    assert stats.items == {table: table_size(client, table)}
     return stats, read_items(client, table)
 
 
-def test_two_step_items_equal_cases(reverb_client):
-    stats, samples = _push_and_read(reverb_client, 'two_step', items.TwoStep())
+# --- The case tables, with each engine ------------------------------------------------------
+
+
+@pytest.mark.parametrize('engine', _ENGINES)
+@pytest.mark.parametrize('case', TWO_STEP_CASES, ids=_case_id)
+def test_two_step_items_equal_cases(reverb_client, case, engine):
+    table = case_table('two_step', case)
+    episodes = builders.case_episodes(case['episodes'])
+    stats, samples = _push_and_read(
+        reverb_client, table, items.TwoStep(), builders.rlds(episodes), engine=engine
+    )
+    want = expected.two_step_items(case)
+    steps = sum(len(e[types.IS_FIRST]) for e in episodes)
+    assert (stats.episodes, stats.steps, stats.skipped_episodes) == (len(episodes), steps, 0)
+    assert len(samples) == len(want)
+    for sample, want_item in zip(samples, want, strict=True):
+        for field, value in want_item.items():
+            expected.assert_nest_close(
+                getattr(sample.data, field), value, rtol=1e-6, atol=0, where=field
+            )
+        if 'policy_info' not in want_item:
+            assert sample.data.policy_info == ()
+
+
+def test_push_stats_count_episodes_steps_and_items(reverb_client):
+    stats, _ = _push_and_read(reverb_client, 'two_step', items.TwoStep())
     assert (stats.episodes, stats.steps, stats.items, stats.skipped_episodes) == (
         3,
         8,
         {'two_step': 5},
         0,
     )
-    assert len(samples) == len(reverb_cases.TWO_STEP_ITEMS)
-    for sample, expected in zip(samples, reverb_cases.TWO_STEP_ITEMS, strict=True):
+
+
+@pytest.mark.parametrize('engine', _ENGINES)
+@pytest.mark.parametrize('case', N_STEP_CASES, ids=_case_id)
+def test_n_step_items_equal_cases(reverb_client, case, engine):
+    table = case_table('n_step', case)
+    item = items.NStep(**case['params'])
+    episodes = builders.case_dataset(case['episodes'])
+    _, samples = _push_and_read(reverb_client, table, item, episodes, engine=engine)
+    want = expected.n_step_items(case)
+    assert len(samples) == len(want)
+    for index, (sample, want_item) in enumerate(zip(samples, want, strict=True)):
+        expected.assert_nest_close(sample.data, want_item, where=f'item {index}')
+
+
+def test_priority_function_sets_item_priorities(reverb_client):
+    item = items.NStep(**_N_STEP['params'])
+    _, samples = _push_and_read(
+        reverb_client,
+        case_table('n_step', _N_STEP),
+        item,
+        priority=lambda batch: tf.abs(batch[types.N_STEP_RETURN]),
+    )
+    want = [float(i[types.N_STEP_RETURN]) for i in expected.n_step_items(_N_STEP)]
+    assert want == [0.5, 1.0, 30.5, 32.0, 22.0]
+    assert [s.info.priority for s in samples] == pytest.approx(want)
+
+
+def test_priority_function_needs_the_trajectory_engine(reverb_client):
+    table = case_table('n_step', _N_STEP)
+    with pytest.raises(ValueError, match=r"engine='structured' cannot write NStep\(.*per-item"):
+        writers.push(
+            _three_episodes(),
+            reverb_client,
+            table,
+            item=items.NStep(**_N_STEP['params']),
+            priority=lambda batch: tf.abs(batch[types.N_STEP_RETURN]),
+            engine='structured',
+        )
+    assert table_size(reverb_client, table) == 0
+
+
+def _assert_windows_equal(samples, case):
+    want = expected.window_items(case)
+    assert len(samples) == len(want)
+    for index, (sample, window) in enumerate(zip(samples, want, strict=True)):
         got = sample.data
-        assert np.asarray(got.observation).ravel().tolist() == list(expected['observation'])
-        for field in ('step_type', 'action', 'next_step_type', 'reward', 'discount'):
-            assert np.asarray(getattr(got, field)).tolist() == list(expected[field]), field
+        assert sorted(got) == sorted(window)
+        for field, value in window.items():
+            np.testing.assert_array_equal(np.asarray(got[field]), value, err_msg=field)
+        for field, values in case.get('expected', {}).items():
+            np.testing.assert_array_equal(np.asarray(got[field]), values[index], err_msg=field)
+
+
+# Only dropped-tail windows are fixed windows of the newest rows, which the StructuredWriter
+# creates alone (`items.Sequence.window_pattern`).
+_SEQUENCE_PARAMS = [
+    pytest.param(case, engine, id=f'{case["testcase_name"]}-{engine}')
+    for case in SEQUENCE_CASES
+    for engine in (_ENGINES if case['params']['end'] == 'drop' else ['trajectory'])
+]
+
+
+@pytest.mark.parametrize('case,engine', _SEQUENCE_PARAMS)
+def test_sequence_items_equal_cases(reverb_client, case, engine):
+    table = case_table('sequence', case)
+    item = items.Sequence(**case['params'])
+    episodes = builders.case_dataset(case['episodes'])
+    _, samples = _push_and_read(reverb_client, table, item, episodes, engine=engine)
+    _assert_windows_equal(samples, case)
+
+
+def test_structured_engine_refuses_windows_it_cannot_create(reverb_client):
+    (case,) = (c for c in SEQUENCE_CASES if c['testcase_name'] == 'three_episodes_pad')
+    table = case_table('sequence', case)
+    with pytest.raises(ValueError, match=r"engine='structured' cannot write Sequence\("):
+        writers.push(
+            _three_episodes(),
+            reverb_client,
+            table,
+            item=items.Sequence(**case['params']),
+            engine='structured',
+        )
+    assert table_size(reverb_client, table) == 0
+
+
+@pytest.mark.parametrize('case', EPISODE_CASES, ids=_case_id)
+def test_episode_items_equal_cases(reverb_client, case):
+    table = case_table('episode', case)
+    item = items.Episode(**case['params'])
+    episodes = builders.case_dataset(case['episodes'])
+    _, samples = _push_and_read(reverb_client, table, item, episodes, engine='trajectory')
+    _assert_windows_equal(samples, case)
+
+
+# --- Errors, options and the TF-Agents drop-in -------------------------------------------
 
 
 def test_two_step_items_equal_tf_agents_observer(reverb_client):
     observer = reverb_utils.ReverbAddTrajectoryObserver(
         reverb_client, 'tf_agents', sequence_length=2
     )
-    tfa_rlds.push_rlds_to_reverb(make_case_episodes(), observer)
+    tfa_rlds.push_rlds_to_reverb(_three_episodes(), observer)
     observer.close()
-    theirs = [_as_lists(s.data) for s in read_items(reverb_client, 'tf_agents')]
-    writers.push(make_case_episodes(), reverb_client, 'tf_agents')
-    ours = [_as_lists(s.data) for s in read_items(reverb_client, 'tf_agents')]
+    theirs = [as_lists(s.data) for s in read_items(reverb_client, 'tf_agents')]
+    writers.push(_three_episodes(), reverb_client, 'tf_agents')
+    ours = [as_lists(s.data) for s in read_items(reverb_client, 'tf_agents')]
     assert ours == theirs
 
 
-def test_n_step_items_equal_cases(reverb_client):
-    _, samples = _push_and_read(reverb_client, 'n_step', items.NStep(**reverb_cases.N_STEP))
-    got = [_as_lists(s.data) for s in samples]
-    for item, expected in zip(got, reverb_cases.N_STEP_ITEMS, strict=True):
-        assert item[types.OBSERVATION] == [expected['observation']]
-        assert item[types.NEXT_OBSERVATION] == [expected['next_observation']]
-        for field in ('action', 'n_step_return', 'n_step_discount', 'n_step_length'):
-            assert item[field] == pytest.approx(expected[field]), field
-
-
-def test_priority_function_sets_item_priorities(reverb_client):
-    item = items.NStep(**reverb_cases.N_STEP)
-    _, samples = _push_and_read(
-        reverb_client, 'n_step', item, priority=lambda batch: tf.abs(batch[types.N_STEP_RETURN])
-    )
-    expected = [case['n_step_return'] for case in reverb_cases.N_STEP_ITEMS]
-    assert [s.info.priority for s in samples] == pytest.approx(expected)
-
-
-def _assert_windows_equal(samples, windows):
-    expected = make_window_items(windows)
-    assert len(samples) == len(expected)
-    for sample, want in zip(samples, expected, strict=True):
-        got = sample.data
-        assert sorted(got) == sorted(want)
-        for field, value in want.items():
-            np.testing.assert_array_equal(np.asarray(got[field]), value, err_msg=field)
-
-
-@pytest.mark.parametrize(
-    'case',
-    reverb_cases.SEQUENCE_CASES,
-    ids=[c['testcase_name'] for c in reverb_cases.SEQUENCE_CASES],
-)
-def test_sequence_items_equal_cases(reverb_client, case):
-    table = f'seq_{case["testcase_name"]}'
-    item = items.Sequence(case['length'], case['period'], case['end'])
-    _, samples = _push_and_read(reverb_client, table, item)
-    _assert_windows_equal(samples, case['windows'])
-
-
-@pytest.mark.parametrize(
-    'case', reverb_cases.EPISODE_CASES, ids=[c['testcase_name'] for c in reverb_cases.EPISODE_CASES]
-)
-def test_episode_items_equal_cases(reverb_client, case):
-    table = f'episode_{case["testcase_name"]}'
-    item = items.Episode(reverb_cases.EPISODE_MAX_LENGTH, case['overflow'])
-    _, samples = _push_and_read(reverb_client, table, item)
-    _assert_windows_equal(samples, case['windows'])
-
-
 def test_too_long_episode_raises_after_writing_earlier_ones(reverb_client):
-    item = items.Episode(reverb_cases.EPISODE_MAX_LENGTH)
+    item = items.Episode(sequence_cases.EPISODE_MAX_LENGTH)
     with pytest.raises(errors.EpisodeTooLongError, match='4 steps, more than') as info:
-        writers.push(make_case_episodes(), reverb_client, 'episode_error', item=item)
+        writers.push(_three_episodes(), reverb_client, 'episode_error', item=item)
     assert info.value.episodes_written == 2
-    assert _table_size(reverb_client, 'episode_error') == info.value.items_written == 2
+    assert table_size(reverb_client, 'episode_error') == info.value.items_written == 2
 
 
 def test_count_items_matches_push(reverb_client):
-    for case in reverb_cases.SEQUENCE_CASES:
-        item = items.Sequence(case['length'], case['period'], case['end'])
-        assert plans.count_items(make_case_episodes(), item) == len(case['windows'])
-    assert plans.count_items(make_case_episodes(), items.TwoStep()) == 5
+    # The cases on THREE_EPISODES (each traced count costs ~0.6 s; one set is enough here).
+    for case in SEQUENCE_CASES:
+        if case['episodes'] is THREE_EPISODES:
+            item = items.Sequence(**case['params'])
+            assert plans.count_items(_three_episodes(), item) == len(case['windows'])
+    assert plans.count_items(_three_episodes(), items.TwoStep()) == 5
 
 
 def _make_invalid_episodes():
-    steps = {k: v.copy() for k, v in make_case_steps()[0].items()}
-    steps[types.IS_FIRST][0] = False
-    bad = tf.data.Dataset.from_tensors({types.STEPS: tf.data.Dataset.from_tensor_slices(steps)})
-    return make_case_episodes([0]).concatenate(bad).concatenate(make_case_episodes([2]))
+    first, _, last = builders.case_episodes(THREE_EPISODES)
+    bad = {k: v.copy() for k, v in first.items()}
+    bad[types.IS_FIRST][0] = False
+    return builders.rlds([first, bad, last])
 
 
 def test_invalid_episode_raises_naming_problems(reverb_client):
@@ -148,48 +227,46 @@ def test_invalid_episode_raises_naming_problems(reverb_client):
     ) as info:
         writers.push(_make_invalid_episodes(), reverb_client, 'two_step')
     assert info.value.episodes_written == 1
-    assert _table_size(reverb_client, 'two_step') == 2
+    assert table_size(reverb_client, 'two_step') == 2
 
 
 def test_invalid_episode_is_skipped_whole(reverb_client):
     stats = writers.push(_make_invalid_episodes(), reverb_client, 'two_step', on_invalid='skip')
     assert (stats.episodes, stats.skipped_episodes, stats.items['two_step']) == (2, 1, 5)
-    assert _table_size(reverb_client, 'two_step') == 5
+    assert table_size(reverb_client, 'two_step') == 5
 
 
 def test_signature_mismatch_gives_leaf_diff(reverb_client):
     with pytest.raises(errors.SpecMismatchError, match=r'(?s)signature.*n_step_return: unexpected'):
-        writers.push(make_case_episodes(), reverb_client, 'two_step', item=items.NStep(2, 0.5))
+        writers.push(_three_episodes(), reverb_client, 'two_step', item=items.NStep(2, 0.5))
 
 
 def test_table_too_small_is_an_error_unless_eviction_allowed(reverb_client):
     with pytest.raises(errors.TableTooSmallError, match='room for 2 more') as info:
-        writers.push(make_case_episodes(), reverb_client, 'tiny')
+        writers.push(_three_episodes(), reverb_client, 'tiny')
     assert info.value.episodes_written == 2  # E0 (2 items) and E1 (no item) fit.
-    assert _table_size(reverb_client, 'tiny') == 2
+    assert table_size(reverb_client, 'tiny') == 2
     reverb_client.reset('tiny')
-    stats = writers.push(make_case_episodes(), reverb_client, 'tiny', allow_eviction=True)
+    stats = writers.push(_three_episodes(), reverb_client, 'tiny', allow_eviction=True)
     assert stats.items == {'tiny': 5}
-    assert _table_size(reverb_client, 'tiny') == 2
+    assert table_size(reverb_client, 'tiny') == 2
 
 
 def test_blocked_insert_raises_push_error_with_exact_count(reverb_client):
     with pytest.raises(errors.PushError, match='failed at episode 2.*2 episode') as info:
-        writers.push(
-            make_case_episodes(), reverb_client, 'queue', timeout_ms=300, allow_eviction=True
-        )
+        writers.push(_three_episodes(), reverb_client, 'queue', timeout_ms=300, allow_eviction=True)
     assert info.value.episodes_written == 2
 
 
 def test_wrong_table_lists_existing_tables(reverb_client):
     with pytest.raises(errors.TableError, match=r"Could not find table 'nope'.*exist: .*two_step"):
-        writers.push(make_case_episodes(), reverb_client, 'nope')
+        writers.push(_three_episodes(), reverb_client, 'nope')
 
 
 def test_unreachable_server_errors_within_timeout():
     started = time.perf_counter()
     with pytest.raises(errors.ReverbConnectionError, match='localhost:1 within 1000 ms'):
-        writers.push(make_case_episodes(), 'localhost:1', 'two_step', timeout_ms=1000)
+        writers.push(_three_episodes(), 'localhost:1', 'two_step', timeout_ms=1000)
     assert time.perf_counter() - started < 10
 
 
@@ -206,7 +283,7 @@ def test_unreachable_server_errors_within_timeout():
 )
 def test_invalid_options_raise(reverb_client, kwargs, match):
     with pytest.raises(ValueError, match=match):
-        writers.push(make_case_episodes(), reverb_client, 'two_step', **kwargs)
+        writers.push(_three_episodes(), reverb_client, 'two_step', **kwargs)
 
 
 def test_bad_address_raises():
@@ -216,43 +293,46 @@ def test_bad_address_raises():
 
 def test_drop_in_uses_fast_path_for_tf_agents_observer(reverb_client):
     observer = reverb_utils.ReverbAddTrajectoryObserver(reverb_client, 'two_step', 2)
-    assert writers.push_rlds_to_reverb(make_case_episodes(), observer) == 8
-    assert _table_size(reverb_client, 'two_step') == 5
+    assert writers.push_rlds_to_reverb(_three_episodes(), observer) == 8
+    assert table_size(reverb_client, 'two_step') == 5
 
 
 def test_drop_in_falls_back_to_the_observer_loop(reverb_client):
     observer = observers.ReverbAddTrajectoryObserver(reverb_client, 'two_step', 2, keep_tails=True)
-    assert writers.push_rlds_to_reverb(make_case_episodes(), observer) == 8
+    assert writers.push_rlds_to_reverb(_three_episodes(), observer) == 8
     observer.close()
     # keep_tails adds E1's single step as a one-step item.
-    assert _table_size(reverb_client, 'two_step') == 6
+    assert table_size(reverb_client, 'two_step') == 6
 
 
 def test_drop_in_signature_mismatch_is_a_value_error_with_diff(reverb_client):
-    observer = reverb_utils.ReverbAddTrajectoryObserver(reverb_client, 'n_step', 2)
+    observer = reverb_utils.ReverbAddTrajectoryObserver(
+        reverb_client, case_table('n_step', _N_STEP), 2
+    )
     with pytest.raises(ValueError, match=r'(?s)should match RLDS data spec.*missing'):
-        writers.push_rlds_to_reverb(make_case_episodes(), observer)
+        writers.push_rlds_to_reverb(_three_episodes(), observer)
 
 
 def test_push_accepts_an_address_and_several_tables(reverb_server, reverb_client):
     address = f'localhost:{reverb_server.port}'
-    stats = writers.push(make_case_episodes(), address, ['two_step', 'tf_agents'])
+    stats = writers.push(_three_episodes(), address, ['two_step', 'tf_agents'])
     assert stats.items == {'two_step': 5, 'tf_agents': 5}
-    assert _table_size(reverb_client, 'tf_agents') == 5
+    assert table_size(reverb_client, 'tf_agents') == 5
 
 
 def test_progress_reports_episodes_and_steps(reverb_client):
     seen = []
     writers.push(
-        make_case_episodes(), reverb_client, 'two_step', progress=lambda e, s: seen.append((e, s))
+        _three_episodes(), reverb_client, 'two_step', progress=lambda e, s: seen.append((e, s))
     )
     assert seen == [(1, 3), (1, 1), (1, 4)]
 
 
 def test_sampled_items_feed_a_trajectory_dataset(reverb_server, reverb_client):
-    writers.push(make_case_episodes(), reverb_client, 'seq_pad', item=items.Sequence(2, 2, 'pad'))
+    table = 'sequence:three_episodes_pad'
+    writers.push(_three_episodes(), reverb_client, table, item=items.Sequence(2, 2, 'pad'))
     dataset = reverb.TrajectoryDataset.from_table_signature(
-        f'localhost:{reverb_server.port}', 'seq_pad', max_in_flight_samples_per_worker=2
+        f'localhost:{reverb_server.port}', table, max_in_flight_samples_per_worker=2
     )
     sample = next(iter(dataset.take(1)))
     assert sample.data[types.MASK].shape == (2,)
@@ -282,9 +362,9 @@ def test_bad_item_arguments_raise(make, match):
 def test_priority_function_refused_for_stream_windows(reverb_client):
     with pytest.raises(ValueError, match='CONTINUE sequences take a constant priority'):
         writers.push(
-            make_case_episodes(),
+            _three_episodes(),
             reverb_client,
-            'seq_continue',
+            'sequence:three_episodes_continue',
             item=items.Sequence(3, 3, 'continue'),
             priority=lambda batch: 1.0,
         )
@@ -305,10 +385,10 @@ def test_sequence_items_equal_adders_windows(reverb_client, length, period, end)
     import adders
 
     item = items.Sequence(length, period, end)
-    stats = writers.push(make_case_episodes(), reverb_client, 'unsigned', item=item)
-    spec = item.compute_item_spec(make_case_episodes(), policy_info_fn=None)
+    stats = writers.push(_three_episodes(), reverb_client, 'unsigned', item=item)
+    spec = item.compute_item_spec(_three_episodes(), policy_info_fn=None)
     samples = [tree.unflatten_as(spec, s.data) for s in read_items(reverb_client, 'unsigned')]
-    windows = list(make_case_episodes().apply(adders.sequences(length, period, end=end)))
+    windows = list(_three_episodes().apply(adders.sequences(length, period, end=end)))
     assert stats.items['unsigned'] == len(samples) == len(windows)
     for sample, window in zip(samples, windows, strict=True):
         for field, value in sample.items():

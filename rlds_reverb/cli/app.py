@@ -19,13 +19,25 @@ import os
 import sys
 from collections.abc import Sequence
 
-# Exit codes.
-EXIT_OK = 0
-EXIT_INVALID_DATA = 1
-EXIT_ERROR = 2
-EXIT_INTERRUPTED = 130
+from rlds_reverb.cli import data_commands, demo_command, reverb_commands
+from rlds_reverb.cli.common import (
+    EXIT_ERROR,
+    EXIT_INTERRUPTED,
+    EXIT_INVALID_DATA,
+    EXIT_OK,
+    VERBOSE_FLAG,
+    add_common_options,
+)
 
-VERBOSE_FLAG = '--verbose'
+__all__ = [
+    'EXIT_ERROR',
+    'EXIT_INTERRUPTED',
+    'EXIT_INVALID_DATA',
+    'EXIT_OK',
+    'build_parser',
+    'main',
+    'run',
+]
 
 
 def silence_startup_noise() -> None:
@@ -51,61 +63,8 @@ def silence_startup_noise() -> None:
         import gym  # noqa: F401  (it prints its deprecation banner once, on import)
 
 
-def add_common_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
-    """Adds `--debug` and `--verbose` (accepted before or after the subcommand)."""
-    default = argparse.SUPPRESS if suppress else False
-    parser.add_argument(
-        '--debug', action='store_true', default=default, help='show tracebacks on errors'
-    )
-    parser.add_argument(
-        VERBOSE_FLAG,
-        action='store_true',
-        default=default,
-        help="show the libraries' start-up logs and warnings",
-    )
-
-
-def add_source_arguments(parser: argparse.ArgumentParser) -> None:
-    """Adds SOURCE, `--split` and `--data-dir`: what `load_source` reads."""
-    parser.add_argument(
-        'source', help='a TFDS dataset directory, or a TFDS dataset name found in --data-dir'
-    )
-    parser.add_argument('--split', default='train', help="TFDS split (default 'train')")
-    parser.add_argument(
-        '--data-dir', default=None, help="where to look up a TFDS name (default: TFDS' own)"
-    )
-
-
-def load_source(
-    args: argparse.Namespace,
-    *,
-    split: str | None = None,
-    check_files: bool | str = True,
-):
-    """Opens the command's SOURCE with `rlds_reverb.load` (the CLI's one loader).
-
-    Args:
-      args: The parsed arguments (`source`, `split`, `data_dir`).
-      split: A split to read instead of `args.split` (a worker's slice).
-      check_files: As for `load`.
-
-    Returns:
-      The RLDS dataset.
-    """
-    from rlds_reverb.data import loading  # Imported late: TFDS is slow to import.
-
-    return loading.load(
-        args.source,
-        split=split or args.split,
-        data_dir=getattr(args, 'data_dir', None),
-        check_files=check_files,
-    )
-
-
 def build_parser() -> argparse.ArgumentParser:
     """Returns the `rlds-reverb` argument parser with every subcommand."""
-    from rlds_reverb.cli import data_commands, demo_command, reverb_commands
-
     parser = argparse.ArgumentParser(
         prog='rlds-reverb',
         description='RLDS datasets to TF-Agents trajectories in Reverb tables.',

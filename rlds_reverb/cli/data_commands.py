@@ -5,16 +5,15 @@ from __future__ import annotations
 import argparse
 import sys
 
-from rlds_reverb.cli import app
-from rlds_reverb.core import types
+from rlds_reverb.cli import common
 
 
 def _run_info(args: argparse.Namespace) -> int:
     from rlds_reverb.data import stats
 
     print(f'source: {args.source} (split {args.split})')
-    print(stats.describe_dataset(app.load_source(args)).format())
-    return app.EXIT_OK
+    print(stats.describe_dataset(common.load_source(args)).format())
+    return common.EXIT_OK
 
 
 def _run_validate(args: argparse.Namespace) -> int:
@@ -27,16 +26,16 @@ def _run_validate(args: argparse.Namespace) -> int:
         )
     on_invalid = args.mode or args.on_invalid
     # A full file check names the shard, record and field of an episode that does not decode.
-    episodes = app.load_source(args, check_files='full')
+    episodes = common.load_source(args, check_files='full')
     report = validation.validate(episodes, on_invalid=on_invalid)
     print(report.format())
-    return app.EXIT_OK if report.ok else app.EXIT_INVALID_DATA
+    return common.EXIT_OK if report.ok else common.EXIT_INVALID_DATA
 
 
 def add_info_parser(subparsers) -> argparse.ArgumentParser:
     """Adds `info`: episodes, steps, spec, endings and returns of a dataset."""
     parser = subparsers.add_parser('info', help='episodes, steps, spec, endings, returns')
-    app.add_source_arguments(parser)
+    common.add_source_arguments(parser)
     parser.set_defaults(handler=_run_info)
     return parser
 
@@ -46,7 +45,9 @@ def add_validate_parser(subparsers) -> argparse.ArgumentParser:
     parser = subparsers.add_parser(
         'validate', help='check every episode; exit 1 when any is invalid'
     )
-    app.add_source_arguments(parser)
+    from rlds_reverb.core import types
+
+    common.add_source_arguments(parser)
     modes = [m.value for m in types.ValidationMode]
     parser.add_argument(
         '--on-invalid',

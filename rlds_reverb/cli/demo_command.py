@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from rlds_reverb.cli import app
+from rlds_reverb.cli import common
 
 
 def _run_demo(args: argparse.Namespace) -> int:
@@ -15,7 +15,7 @@ def _run_demo(args: argparse.Namespace) -> int:
         quick=args.quick, data_dir=args.data_dir, output_dir=output_dir, seed=args.seed
     )
     print(f'done in {summary["total_seconds"]:.0f} s; summary: {output_dir}/{demo.SUMMARY_NAME}')
-    return app.EXIT_OK
+    return common.EXIT_OK
 
 
 def add_demo_parser(subparsers) -> argparse.ArgumentParser:

@@ -22,27 +22,31 @@ import signal
 import sys
 import threading
 
-from rlds_reverb.cli import app
-from rlds_reverb.core import errors, types
-from rlds_reverb.serve import tables
-from rlds_reverb.transform import items
+from rlds_reverb.cli import common
+
+# The library modules (and TensorFlow) are imported inside the functions, so that importing
+# the command line stays cheap and `rlds-reverb` can quiet TensorFlow before it loads.
 
 
 def _load_shard(args: argparse.Namespace, shard: tuple[int, int] | None):
     """Opens SOURCE, or the part `shard` = (index, count) of it for one worker."""
+    from rlds_reverb.core import errors
+
     if shard is None:
-        return app.load_source(args)
+        return common.load_source(args)
     index, count = shard
     if '[' not in args.split:  # TFDS split slicing reads only this worker's part.
         low, high = 100 * index // count, 100 * (index + 1) // count
         try:
-            return app.load_source(args, split=f'{args.split}[{low}%:{high}%]')
+            return common.load_source(args, split=f'{args.split}[{low}%:{high}%]')
         except errors.SourceError:
             pass
-    return app.load_source(args).shard(count, index)
+    return common.load_source(args).shard(count, index)
 
 
-def _make_item(args: argparse.Namespace) -> items.ItemKind:
+def _make_item(args: argparse.Namespace):
+    from rlds_reverb.transform import items
+
     return items.parse_item(
         args.item,
         n=args.n,
@@ -67,7 +71,7 @@ def _serve(args: argparse.Namespace) -> int:
     from rlds_reverb.write import seed
 
     result = seed.seed_server(
-        app.load_source(args),
+        common.load_source(args),
         table=args.table,
         preset=args.table_preset,
         item=_make_item(args),
@@ -98,7 +102,7 @@ def _serve(args: argparse.Namespace) -> int:
         pass
     result.server.stop()
     print('Stopped.', flush=True)
-    return app.EXIT_OK
+    return common.EXIT_OK
 
 
 def _push_shard(args: argparse.Namespace, shard, progress):
@@ -176,7 +180,7 @@ def _push_resumable(args: argparse.Namespace, progress):
     from rlds_reverb.serve import table_info
     from rlds_reverb.write import resume
 
-    episodes, item = app.load_source(args), _make_item(args)
+    episodes, item = common.load_source(args), _make_item(args)
     start = 0
     if args.resume:
         counts = resume.count_items_per_episode(episodes, item)
@@ -203,7 +207,7 @@ def _push_resumable(args: argparse.Namespace, progress):
     )
 
 
-def _check_push_options(args: argparse.Namespace, item: items.ItemKind) -> None:
+def _check_push_options(args: argparse.Namespace, item) -> None:
     """Raises ValueError for option combinations `push` cannot honour."""
     from rlds_reverb.core import checks
 
@@ -244,7 +248,7 @@ def _push(args: argparse.Namespace) -> int:
     )
     for failure in failures:
         print(f'rlds-reverb push: error: {failure}', file=sys.stderr)
-    return app.EXIT_ERROR if failures else app.EXIT_OK
+    return common.EXIT_ERROR if failures else common.EXIT_OK
 
 
 def _values(enum_type) -> list[str]:
@@ -252,7 +256,10 @@ def _values(enum_type) -> list[str]:
 
 
 def _add_item_arguments(parser: argparse.ArgumentParser) -> None:
-    app.add_source_arguments(parser)
+    from rlds_reverb.core import types
+    from rlds_reverb.transform import items
+
+    common.add_source_arguments(parser)
     parser.add_argument('--table', default='replay', help="table name (default 'replay')")
     parser.add_argument(
         '--item', default=items.ItemName.TWO_STEP.value, choices=_values(items.ItemName)
@@ -283,6 +290,8 @@ def _add_item_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     """Adds `serve`: seed (or restore) a Reverb server, checkpoint it, serve until stopped."""
+    from rlds_reverb.serve import tables
+
     parser = subparsers.add_parser('serve', help='seed or restore a Reverb server and serve it')
     _add_item_arguments(parser)
     parser.add_argument('--port', type=int, required=True, help='port to serve on')

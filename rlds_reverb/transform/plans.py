@@ -106,23 +106,17 @@ def make_episode_plans(
     return plans.prefetch(tf.data.AUTOTUNE)
 
 
-def count_items_per_episode(episodes: tf.data.Dataset, item: items_lib.ItemKind) -> np.ndarray:
-    """Returns how many items a push writes for each episode (0 for an invalid one).
+def _count_per_valid_episode(
+    episodes: tf.data.Dataset, item: items_lib.ItemKind, count_fn
+) -> np.ndarray:
+    """Returns `count_fn(steps)` per episode, 0 for an episode a push would skip.
 
-    An episode is invalid here exactly when a push skips it: it breaks a rule of
-    `validation.EpisodeChecker`, or it cannot be decoded.
-
-    Raises:
-      ValueError: For items that cross episodes (they have no per-episode count).
-
-    Example:
-      >>> count_items_per_episode(episodes, items.TwoStep())  # array([499, 0, 212, ...])
+    An episode is skipped exactly when it breaks a rule of `validation.EpisodeChecker`, or
+    cannot be decoded.
     """
-    if item.crosses_episodes:
-        raise ValueError(f'{item} items cross episodes; they have no per-episode count.')
 
     def _count(steps: types.Nest) -> tuple[validation.EpisodeSummary, tf.Tensor]:
-        return validation.summarize_episode(steps), tf.size(item.compute_windows(steps)[0])
+        return validation.summarize_episode(steps), count_fn(steps)
 
     tensors = episodes_lib.to_episode_tensors(item.prepare_episodes(episodes))
     counted = tensors.map(
@@ -138,6 +132,25 @@ def count_items_per_episode(episodes: tf.data.Dataset, item: items_lib.ItemKind)
     return np.asarray(counts, dtype=np.int64)
 
 
+def count_items_per_episode(episodes: tf.data.Dataset, item: items_lib.ItemKind) -> np.ndarray:
+    """Returns how many items a push writes for each episode (0 for an invalid one).
+
+    An episode is invalid here exactly when a push skips it: it breaks a rule of
+    `validation.EpisodeChecker`, or it cannot be decoded.
+
+    Raises:
+      ValueError: For items that cross episodes (they have no per-episode count).
+
+    Example:
+      >>> count_items_per_episode(episodes, items.TwoStep())  # array([499, 0, 212, ...])
+    """
+    if item.crosses_episodes:
+        raise ValueError(f'{item} items cross episodes; they have no per-episode count.')
+    return _count_per_valid_episode(
+        episodes, item, lambda steps: tf.size(item.compute_windows(steps)[0])
+    )
+
+
 def count_items(episodes: tf.data.Dataset, item: items_lib.ItemKind) -> int:
     """Returns how many items a push of `episodes` writes (invalid episodes give none).
 
@@ -146,9 +159,9 @@ def count_items(episodes: tf.data.Dataset, item: items_lib.ItemKind) -> int:
     """
     if not item.crosses_episodes:
         return int(count_items_per_episode(episodes, item).sum())
-    tensors = episodes_lib.to_episode_tensors(item.prepare_episodes(episodes))
-    total = sum(int(n) for n in tensors.map(episodes_lib.episode_length))
+    # Windows across episodes cover the stream of the valid episodes' steps.
+    total = _count_per_valid_episode(episodes, item, episodes_lib.episode_length).sum()
     starts, _ = items_lib.compute_sequence_windows(
-        tf.constant(total), item.length, item.period, types.EndBehavior.PAD
+        tf.constant(int(total)), item.length, item.period, types.EndBehavior.PAD
     )
     return int(tf.size(starts))

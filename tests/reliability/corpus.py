@@ -33,7 +33,7 @@ import tensorflow_datasets as tfds
 from rlds_reverb.core import errors, types
 from rlds_reverb.data import tfds_writer
 from rlds_reverb.data.validation import Rule
-from tests import rlds_builders
+from tests import builders
 
 TF_DATA = 'tf.data'
 TFDS = 'tfds'
@@ -122,8 +122,8 @@ def make_builder(root: pathlib.Path) -> Callable[[Variant], Source]:
 # --- Episodes ------------------------------------------------------------------------------
 
 
-def _good(length: int, start: float = 0.0, *, terminal: bool = True) -> dict:
-    return rlds_builders.make_episode(length, start=start, terminal=terminal)
+def _good(length: int, start: float = 0.0, *, ending: str = builders.TERMINATED) -> dict:
+    return builders.episode(length, start=start, ending=ending)
 
 
 def _with(episode: dict, **fields) -> dict:
@@ -137,7 +137,7 @@ def _with(episode: dict, **fields) -> dict:
 
 def _around(bad: dict, index: int = 1) -> tuple[dict, ...]:
     """Returns four episodes with `bad` at `index` and valid ones elsewhere."""
-    good = [_good(3), _good(2, start=10.0), _good(5, start=20.0, terminal=False)]
+    good = [_good(3), _good(2, start=10.0), _good(5, start=20.0, ending=builders.TRUNCATED)]
     return tuple(good[:index] + [bad] + good[index:])
 
 
@@ -147,28 +147,16 @@ def _others(index: int, count: int = 4) -> tuple[int, ...]:
 
 # --- Writers -------------------------------------------------------------------------------
 
-_FIELD_FEATURES = {
-    types.OBSERVATION: tfds.features.Tensor(shape=(2,), dtype=np.float32),
-    types.ACTION: tfds.features.Scalar(dtype=np.int64),
-    types.REWARD: tfds.features.Scalar(dtype=np.float32),
-    types.DISCOUNT: tfds.features.Scalar(dtype=np.float32),
-}
-
 
 def _features(**replaced) -> tfds.features.FeaturesDict:
     """The corpus' TFDS features; a replacement of None removes the field."""
-    fields = {**_FIELD_FEATURES, **replaced}
-    return tfds_writer.make_rlds_features({k: v for k, v in fields.items() if v is not None})
+    return builders.step_features(**replaced)
 
 
 def _write_tfds(directory: pathlib.Path, episodes, features=None) -> pathlib.Path:
     """Writes one episode per shard, so that a damaged shard is one known episode."""
-    return tfds_writer.write_rlds_dataset(
-        directory / _NAME / '1.0.0',
-        [{types.STEPS: steps} for steps in episodes],
-        features=features or _features(),
-        name=_NAME,
-        episodes_per_shard=1,
+    return builders.write_tfds(
+        directory, episodes, name=_NAME, features=features, episodes_per_shard=1
     )
 
 
@@ -190,7 +178,7 @@ def _replace_record(dataset_dir: pathlib.Path, index: int, steps: dict, features
 
 
 def _as_tf_data(_: pathlib.Path, variant: Variant) -> tf.data.Dataset:
-    return rlds_builders.make_rlds(variant.episodes)
+    return builders.rlds(variant.episodes)
 
 
 def _as_tfds(root: pathlib.Path, variant: Variant) -> pathlib.Path:
@@ -201,25 +189,15 @@ def _as_generator(signature: dict) -> Callable[[pathlib.Path, Variant], tf.data.
     """A `tf.data` writer through `from_generator`, for per-episode shapes and structures."""
 
     def _write(_: pathlib.Path, variant: Variant) -> tf.data.Dataset:
-        return rlds_builders.make_rlds_from_generator(variant.episodes, signature)
+        return builders.rlds_from_generator(variant.episodes, signature)
 
     return _write
 
 
-def _unknown_rank_signature() -> dict:
-    """A step signature whose observation may have any rank (`TensorSpec(None)`)."""
-    signature = rlds_builders.make_step_signature()
-    whole = {k: tf.TensorSpec([None, *s.shape], s.dtype) for k, s in signature.items()}
-    whole[types.OBSERVATION] = tf.TensorSpec(None, tf.float32)
-    return whole
-
-
 def _as_unknown_rank_generator(_: pathlib.Path, variant: Variant) -> tf.data.Dataset:
-    def _generate():
-        yield from variant.episodes
-
-    whole = tf.data.Dataset.from_generator(_generate, output_signature=_unknown_rank_signature())
-    return whole.map(lambda steps: {types.STEPS: tf.data.Dataset.from_tensor_slices(steps)})
+    """A `tf.data` writer whose observation may have any rank (`TensorSpec(None)`)."""
+    signature = builders.step_signature(**{types.OBSERVATION: tf.TensorSpec(None, tf.float32)})
+    return builders.rlds_from_generator(variant.episodes, signature)
 
 
 def _with_bad_record(bad_steps: dict, features, index: int = 1):
@@ -319,7 +297,7 @@ def _missing_field() -> list[Variant]:
             valid=_others(1),
             faults=unreadable,
             read_error='did not match the expected structure',
-            write=_as_generator(rlds_builders.make_step_signature()),
+            write=_as_generator(builders.step_signature()),
         ),
         # A second TFDS directory written with a different feature set.
         Variant(
@@ -338,9 +316,7 @@ def _inconsistent_shapes() -> list[Variant]:
     bad = _good(3, start=5.0)
     wide = dict(bad, **{types.OBSERVATION: np.arange(9, dtype=np.float32).reshape(3, 3)})
     episodes = _around(bad)
-    variable = rlds_builders.make_step_signature(
-        **{types.OBSERVATION: tf.TensorSpec([None], tf.float32)}
-    )
+    variable = builders.step_signature(**{types.OBSERVATION: tf.TensorSpec([None], tf.float32)})
     return [
         Variant(
             case='inconsistent_shapes',
@@ -460,7 +436,7 @@ def _rule_cases() -> list[Variant]:
     """Cases in both forms: the same damaged episodes as tf.data and as a TFDS directory."""
     first, last, terminal = types.IS_FIRST, types.IS_LAST, types.IS_TERMINAL
     base = _good(4, start=5.0)
-    non_terminal = _good(4, start=5.0, terminal=False)
+    non_terminal = _good(4, start=5.0, ending=builders.TRUNCATED)
     cases = [
         ('empty_episode', _good(0), _fault(1, 0, types.STEPS, Rule.NON_EMPTY)),
         (

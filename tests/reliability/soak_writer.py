@@ -14,9 +14,8 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
 import numpy as np  # noqa: E402
 
-from rlds_reverb.core import types  # noqa: E402
 from rlds_reverb.write import push as writers
-from tests import rlds_builders  # noqa: E402
+from tests import builders  # noqa: E402
 
 TABLE = 'soak'
 BATCH = 20
@@ -25,11 +24,11 @@ BATCH = 20
 def make_episode(writer: int, episode: int) -> dict:
     """An episode of 5 to 24 steps whose observations name writer, episode and step."""
     length = 5 + (writer * 7 + episode * 3) % 20
-    steps = rlds_builders.make_episode(length, terminal=episode % 3 != 0)
-    steps[types.OBSERVATION] = np.stack(
+    observation = np.stack(
         [np.full(length, writer), np.full(length, episode), np.arange(length)], axis=1
     ).astype(np.float32)
-    return steps
+    ending = builders.TERMINATED if episode % 3 != 0 else builders.TRUNCATED
+    return builders.episode(length, observation=observation, ending=ending)
 
 
 def main() -> None:
@@ -42,7 +41,7 @@ def main() -> None:
     while not episodes or time.time() < args.until:  # At least one batch.
         batch = [make_episode(args.writer, episodes + i) for i in range(BATCH)]
         stats = writers.push(
-            rlds_builders.make_rlds(batch),
+            builders.rlds(batch),
             args.server,
             TABLE,
             allow_eviction=True,

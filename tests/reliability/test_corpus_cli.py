@@ -5,7 +5,6 @@ import re
 import pytest
 
 from rlds_reverb import cli
-from tests import rlds_builders
 from tests.reliability import corpus
 
 _TFDS = corpus.variants(form=corpus.TFDS)
@@ -16,19 +15,13 @@ _REPORTED = [v for v in _TFDS if v.failure is None and v.full_check is None]
 _REFUSED = [v for v in _TFDS if v.failure is not None or v.full_check is not None]
 
 
-def _main(capsys, *args: str) -> tuple[int, str, str]:
-    code = cli.main(list(args))
-    captured = capsys.readouterr()
-    return code, captured.out, captured.err
-
-
 def _refusal(variant: corpus.Variant) -> str:
     return variant.failure.match if variant.failure else variant.full_check
 
 
 @pytest.mark.parametrize('variant', _REPORTED, ids=corpus.variant_id)
-def test_validate_lists_each_fault_and_exits_1(build, variant, capsys):
-    code, out, err = _main(capsys, 'validate', str(build(variant)))
+def test_validate_lists_each_fault_and_exits_1(build, variant, run_cli):
+    code, out, err = run_cli('validate', build(variant))
     assert code == cli.EXIT_INVALID_DATA, err
     for fault in variant.faults:
         assert re.search(fault.pattern, out), out
@@ -37,16 +30,16 @@ def test_validate_lists_each_fault_and_exits_1(build, variant, capsys):
 
 # Raise mode shares validate's walk (test_corpus_validate.py runs it on every case).
 @pytest.mark.parametrize('variant', _REPORTED[::4], ids=corpus.variant_id)
-def test_validate_raise_mode_is_one_line_naming_the_episode(build, variant, capsys):
-    code, _, err = _main(capsys, 'validate', str(build(variant)), '--on-invalid', 'raise')
+def test_validate_raise_mode_is_one_line_naming_the_episode(build, variant, run_cli):
+    code, _, err = run_cli('validate', build(variant), '--on-invalid', 'raise')
     assert code == cli.EXIT_INVALID_DATA
     assert err.startswith(f'rlds-reverb validate: error: Episode {variant.invalid[0]} is invalid')
     assert re.search(variant.faults[0].pattern, err), err
 
 
 @pytest.mark.parametrize('variant', _REFUSED, ids=corpus.variant_id)
-def test_refused_source_names_the_file_or_field_and_exits_2(build, variant, capsys):
-    code, out, err = _main(capsys, 'validate', str(build(variant)))
+def test_refused_source_names_the_file_or_field_and_exits_2(build, variant, run_cli):
+    code, out, err = run_cli('validate', build(variant))
     assert code == cli.EXIT_ERROR
     assert err.startswith('rlds-reverb validate: error: ')
     assert re.search(_refusal(variant), err), err
@@ -58,19 +51,20 @@ def _by_id(name: str) -> corpus.Variant:
     return variant
 
 
-def test_subprocess_exits_non_zero_without_traceback(build):
+@pytest.mark.slow
+def test_subprocess_exits_non_zero_without_traceback(build, run_cli):
     # One real process; the in-process tests above cover every case's exit code and output.
-    result = rlds_builders.run_cli(
-        'validate', str(build(_by_id('is_last_mid_episode-tfds'))), '--on-invalid', 'raise'
-    )
-    assert result.returncode == cli.EXIT_INVALID_DATA, result.stderr
-    assert 'rlds-reverb validate: error: Episode 1 is invalid' in result.stderr
-    assert 'Traceback' not in result.stderr
+    directory = build(_by_id('is_last_mid_episode-tfds'))
+    code, _, err = run_cli('validate', directory, '--on-invalid', 'raise', subprocess=True)
+    assert code == cli.EXIT_INVALID_DATA, err
+    assert 'rlds-reverb validate: error: Episode 1 is invalid' in err
+    assert 'Traceback' not in err
 
 
-def test_debug_shows_the_traceback(build):
+@pytest.mark.slow
+def test_debug_shows_the_traceback(build, run_cli):
     variant = _by_id('no_dataset_info-tfds')
-    result = rlds_builders.run_cli('--debug', 'validate', str(build(variant)))
-    assert result.returncode != 0
-    assert 'Traceback (most recent call last)' in result.stderr
-    assert re.search(variant.failure.match, result.stderr)
+    code, _, err = run_cli('--debug', 'validate', build(variant), subprocess=True)
+    assert code != 0
+    assert 'Traceback (most recent call last)' in err
+    assert re.search(variant.failure.match, err)

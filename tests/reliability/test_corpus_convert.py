@@ -9,7 +9,7 @@ import tree
 
 import rlds_reverb
 from rlds_reverb.core import types
-from tests import rlds_builders
+from tests import builders
 from tests.reliability import corpus
 
 _DATA = corpus.variants(data=True)
@@ -47,7 +47,7 @@ def test_skip_mode_yields_exactly_the_valid_episodes(build, variant):
     got = list(_convert(build, variant, 'skip').as_numpy_iterator())
     expected = list(
         rlds_reverb.convert_rlds_to_trajectories(
-            rlds_builders.make_rlds(variant.valid_episodes())
+            builders.rlds(variant.valid_episodes())
         ).as_numpy_iterator()
     )
     assert (

@@ -19,7 +19,7 @@ from rlds_reverb.serve import tables
 from rlds_reverb.transform import items
 from rlds_reverb.write import push as writers
 from rlds_reverb.write import resume
-from tests import rlds_builders
+from tests import builders
 from tests.reliability import corpus
 
 _TABLE = 'replay'
@@ -56,9 +56,9 @@ def _items_of(episodes) -> int:
 def test_skip_mode_lands_exactly_the_valid_episodes(build, variant):
     data = rlds_reverb.load(build(variant))
     valid = variant.valid_episodes()
-    with _server(rlds_builders.make_rlds(valid)) as client:
+    with _server(builders.rlds(valid)) as client:
         stats = writers.push(data, client, _TABLE, on_invalid='skip', timeout_ms=20_000)
-        expected = writers.push(rlds_builders.make_rlds(valid), client, _EXPECTED)
+        expected = writers.push(builders.rlds(valid), client, _EXPECTED)
         assert (stats.episodes, stats.skipped_episodes) == (len(valid), len(variant.invalid))
         assert stats.items[_TABLE] == expected.items[_EXPECTED] == _items_of(valid)
         assert _size(client, _TABLE) == stats.items[_TABLE]
@@ -77,7 +77,7 @@ def test_raise_mode_names_the_fault_and_the_episodes_written(build, variant):
     data = rlds_reverb.load(build(variant))
     first = variant.invalid[0]
     before = variant.episodes[:first]
-    with _server(rlds_builders.make_rlds(variant.valid_episodes())) as client:
+    with _server(builders.rlds(variant.valid_episodes())) as client:
         with pytest.raises(tf.errors.InvalidArgumentError, match=_raise_pattern(variant)) as info:
             writers.push(data, client, _TABLE, timeout_ms=20_000)
         assert info.value.episodes_written == first
@@ -88,7 +88,7 @@ def test_raise_mode_names_the_fault_and_the_episodes_written(build, variant):
 
 
 def _long_episodes() -> tf.data.Dataset:
-    return rlds_builders.make_rlds([rlds_builders.make_episode(n) for n in (3, 6, 2)])
+    return builders.rlds([builders.episode(n) for n in (3, 6, 2)])
 
 
 def test_episode_longer_than_the_item_limit_names_it_and_the_episodes_written():
@@ -116,19 +116,17 @@ def test_episodes_longer_than_the_table_are_refused_before_evicting_any():
         assert _size(client, _TABLE) == 2
 
 
-def test_cli_push_of_a_bad_directory_exits_non_zero_without_traceback(build, capsys):
+def test_cli_push_of_a_bad_directory_exits_non_zero_without_traceback(build, run_cli):
     variant = next(v for v in _DATA if v.id == 'nan_reward-tfds')
     directory = build(variant)
     with _server(rlds_reverb.load(directory)) as client:
-        argv = ['push', str(directory), '--server', client.server_address, '--table', _TABLE]
-        code = cli.main([*argv, '--no-progress'])
-        captured = capsys.readouterr()
-        assert code == cli.EXIT_INVALID_DATA, captured.err
-        assert re.search(variant.faults[0].pattern, captured.err), captured.err
-        assert 'Traceback' not in captured.err
-        code = cli.main([*argv, '--no-progress', '--on-invalid', 'skip'])
-        captured = capsys.readouterr()
-        assert code == 0, captured.err
+        argv = ['push', directory, '--server', client.server_address, '--table', _TABLE]
+        code, _, err = run_cli(*argv, '--no-progress')
+        assert code == cli.EXIT_INVALID_DATA, err
+        assert re.search(variant.faults[0].pattern, err), err
+        assert 'Traceback' not in err
+        code, _, err = run_cli(*argv, '--no-progress', '--on-invalid', 'skip')
+        assert code == 0, err
         # The raise-mode push above wrote episode 0 before stopping at episode 1.
         before = _items_of(variant.episodes[:1])
         assert _size(client, _TABLE) == before + _items_of(variant.valid_episodes())

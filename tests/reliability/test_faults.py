@@ -17,16 +17,13 @@ import numpy as np
 import pytest
 import reverb
 import tensorflow as tf
-import tensorflow_datasets as tfds
 
-from rlds_reverb import cli
-from rlds_reverb.core import errors, types
-from rlds_reverb.data import tfds_writer
+from rlds_reverb.core import errors
 from rlds_reverb.serve import checkpoints, server, tables
 from rlds_reverb.transform import items
 from rlds_reverb.write import push as writers
 from rlds_reverb.write import resume
-from tests import rlds_builders
+from tests import builders
 
 _HELPER = os.path.join(os.path.dirname(__file__), 'server_process.py')
 _TABLE = 'replay'
@@ -41,13 +38,8 @@ def _free_port() -> int:
         return sock.getsockname()[1]
 
 
-def _env() -> dict:
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    return dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONPATH=root)
-
-
 @contextlib.contextmanager
-def _server_process(port: int, source, checkpoint_dir):
+def _server_process(port: int, source, checkpoint_dir, env: dict[str, str]):
     """A server subprocess; killed (SIGKILL) on exit if still alive."""
     process = subprocess.Popen(
         [sys.executable, _HELPER, '--port', str(port), '--source', str(source)]
@@ -55,7 +47,7 @@ def _server_process(port: int, source, checkpoint_dir):
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
-        env=_env(),
+        env=env,
     )
     try:
         line = process.stdout.readline()  # Bounded: the helper prints 'ready' or exits.
@@ -68,30 +60,16 @@ def _server_process(port: int, source, checkpoint_dir):
 
 def _indexed_episode(index: int) -> dict:
     """An episode whose observation is (episode index, step index): items name their origin."""
-    steps = rlds_builders.make_episode(_LENGTH, terminal=index % 2 == 0)
-    steps[types.OBSERVATION] = np.stack(
-        [np.full(_LENGTH, index), np.arange(_LENGTH)], axis=1
-    ).astype(np.float32)
-    return steps
+    observation = np.stack([np.full(_LENGTH, index), np.arange(_LENGTH)], axis=1)
+    ending = builders.TERMINATED if index % 2 == 0 else builders.TRUNCATED
+    return builders.episode(_LENGTH, observation=observation.astype(np.float32), ending=ending)
 
 
 @pytest.fixture(scope='module')
 def indexed_dir(tmp_path_factory):
-    features = tfds_writer.make_rlds_features(
-        {
-            types.OBSERVATION: tfds.features.Tensor(shape=(2,), dtype=np.float32),
-            types.ACTION: tfds.features.Scalar(dtype=np.int64),
-            types.REWARD: tfds.features.Scalar(dtype=np.float32),
-            types.DISCOUNT: tfds.features.Scalar(dtype=np.float32),
-        }
-    )
-    episodes = ({types.STEPS: _indexed_episode(i)} for i in range(_EPISODES))
-    return tfds_writer.write_rlds_dataset(
-        tmp_path_factory.mktemp('indexed') / 'indexed' / '1.0.0',
-        episodes,
-        features=features,
-        name='indexed',
-        episodes_per_shard=100,
+    episodes = (_indexed_episode(i) for i in range(_EPISODES))
+    return builders.write_tfds(
+        tmp_path_factory.mktemp('indexed'), episodes, name='indexed', episodes_per_shard=100
     )
 
 
@@ -118,21 +96,19 @@ def _wait_for_inserts(client: reverb.Client, at_least: int, timeout_s: float) ->
     raise AssertionError(f'fewer than {at_least} items were inserted within {timeout_s} s')
 
 
+@pytest.mark.slow
 def test_killed_server_mid_push_then_resume_writes_every_episode_exactly_once(
-    indexed_dir, tmp_path, capsys
+    indexed_dir, tmp_path, run_cli, subprocess_env
 ):
     checkpoints = tmp_path / 'checkpoints'
     items_per_episode = _LENGTH - 1
     total = _EPISODES * items_per_episode
     port = _free_port()
     address = f'localhost:{port}'
-    push_command = [sys.executable, '-m', 'rlds_reverb.cli', 'push', str(indexed_dir)]
-    push_command += ['--server', address, '--table', _TABLE, '--no-progress']
-    push_command += ['--checkpoint-every', str(_CHUNK), '--timeout-ms', '5000']
-    with _server_process(port, indexed_dir, checkpoints) as process:
-        push = subprocess.Popen(
-            push_command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=_env()
-        )
+    push_args = ['push', indexed_dir, '--server', address, '--table', _TABLE, '--no-progress']
+    push_args += ['--checkpoint-every', _CHUNK, '--timeout-ms', 5000]
+    with _server_process(port, indexed_dir, checkpoints, subprocess_env) as process:
+        push = run_cli.start(*push_args)  # A real program, interrupted by the kill.
         try:
             _wait_for_inserts(reverb.Client(address), total // 4, timeout_s=120)
             process.send_signal(signal.SIGKILL)
@@ -150,15 +126,14 @@ def test_killed_server_mid_push_then_resume_writes_every_episode_exactly_once(
 
     port = _free_port()
     address = f'localhost:{port}'
-    with _server_process(port, indexed_dir, checkpoints):
+    with _server_process(port, indexed_dir, checkpoints, subprocess_env):
         client = reverb.Client(address)
         restored = resume.count_inserted(client, _TABLE)
         assert restored % (_CHUNK * items_per_episode) == 0  # Whole chunks only.
         assert restored <= written * items_per_episode
         start = resume.find_resume_episode(restored, np.full(_EPISODES, items_per_episode))
-        resume_argv = ['push', str(indexed_dir), '--server', address, '--table', _TABLE]
-        code = cli.main([*resume_argv, '--no-progress', '--resume'])
-        out = capsys.readouterr().out
+        resume_argv = ['push', indexed_dir, '--server', address, '--table', _TABLE]
+        code, out, _ = run_cli(*resume_argv, '--no-progress', '--resume')
         assert code == 0, out
         assert f'resuming at episode {start} of {_EPISODES}.' in out
         assert f'({_EPISODES - start} episodes, ' in out
@@ -206,8 +181,9 @@ def _restore_and_sample(signature, checkpoint_dir, *, reset: bool, timeout_ms: i
         restored.stop()
 
 
+@pytest.mark.slow
 def test_restored_server_serves_samples_though_its_limiter_had_blocked_them(tmp_path):
-    episodes = rlds_builders.make_rlds([rlds_builders.make_episode(4)])  # 3 items.
+    episodes = builders.rlds([builders.episode(4)])  # 3 items.
     signature = tables.signature_for(items.TwoStep(), episodes)
     first = server.start_server([_ratio_table(signature)], checkpoint_dir=tmp_path)
     try:
@@ -225,8 +201,9 @@ def test_restored_server_serves_samples_though_its_limiter_had_blocked_them(tmp_
     assert checkpoints.reset_rate_limiters(tmp_path) == []  # Nothing left to lower.
 
 
+@pytest.mark.slow
 def test_push_into_a_table_whose_limiter_blocks_inserts_times_out_clearly():
-    episodes = rlds_builders.make_rlds([rlds_builders.make_episode(10) for _ in range(3)])
+    episodes = builders.rlds([builders.episode(10) for _ in range(3)])
     signature = tables.signature_for(items.TwoStep(), episodes)
     blocking = server.start_server([_ratio_table(signature)])
     try:

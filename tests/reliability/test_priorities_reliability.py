@@ -9,13 +9,13 @@ from rlds_reverb.learn import priorities
 from rlds_reverb.serve import tables
 from rlds_reverb.transform import items
 from rlds_reverb.write import push as writers
-from tests import rlds_builders
+from tests import builders
 
 _TABLE = 'prioritized'
 
 
 def _episodes(count: int = 2) -> tf.data.Dataset:
-    return rlds_builders.make_rlds([rlds_builders.make_episode(4) for _ in range(count)])
+    return builders.rlds([builders.episode(4) for _ in range(count)])
 
 
 @pytest.fixture

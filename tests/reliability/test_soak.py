@@ -15,12 +15,13 @@ import threading
 import time
 
 import numpy as np
+import pytest
 import reverb
 import tensorflow as tf
 
 from rlds_reverb.serve import checkpoints, tables
 from rlds_reverb.transform import items
-from tests import rlds_builders
+from tests import builders
 from tests.reliability import soak_writer
 
 _SECONDS = float(os.environ.get('RLDS_REVERB_SOAK_SECONDS', '10'))
@@ -31,7 +32,7 @@ _HELPER = os.path.join(os.path.dirname(__file__), 'soak_writer.py')
 
 
 def _make_table() -> reverb.Table:
-    episodes = rlds_builders.make_rlds([soak_writer.make_episode(0, 0)])
+    episodes = builders.rlds([soak_writer.make_episode(0, 0)])
     signature = tables.signature_for(items.TwoStep(), episodes)
     return reverb.Table(
         _TABLE,
@@ -82,9 +83,7 @@ class _Sampler(threading.Thread):
                 return
 
 
-def _start_writers(address: str) -> list[subprocess.Popen]:
-    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL='3', PYTHONPATH=root)
+def _start_writers(address: str, env: dict[str, str]) -> list[subprocess.Popen]:
     until = time.time() + _SECONDS
     return [
         subprocess.Popen(
@@ -114,7 +113,8 @@ def _finish_writers(processes: list[subprocess.Popen]) -> int:
     return written
 
 
-def test_writers_and_samplers_share_a_server_without_deadlock_or_loss(tmp_path):
+@pytest.mark.slow
+def test_writers_and_samplers_share_a_server_without_deadlock_or_loss(tmp_path, subprocess_env):
     server = reverb.Server(
         [_make_table()], checkpointer=reverb.checkpointers.DefaultCheckpointer(str(tmp_path))
     )
@@ -125,7 +125,7 @@ def test_writers_and_samplers_share_a_server_without_deadlock_or_loss(tmp_path):
         address = f'localhost:{server.port}'
         client = reverb.Client(address)
         signature = client.server_info()[_TABLE].signature
-        writers = _start_writers(address)
+        writers = _start_writers(address, subprocess_env)
         samplers = [_Sampler(address, signature, stop) for _ in range(_SAMPLERS)]
         for sampler in samplers:
             sampler.start()

@@ -1,0 +1,64 @@
+"""What every `rlds-reverb` command shares: exit codes, options, and the one source loader."""
+
+from __future__ import annotations
+
+import argparse
+
+# Exit codes.
+EXIT_OK = 0
+EXIT_INVALID_DATA = 1
+EXIT_ERROR = 2
+EXIT_INTERRUPTED = 130
+
+VERBOSE_FLAG = '--verbose'
+
+
+def add_common_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:
+    """Adds `--debug` and `--verbose` (accepted before or after the subcommand)."""
+    default = argparse.SUPPRESS if suppress else False
+    parser.add_argument(
+        '--debug', action='store_true', default=default, help='show tracebacks on errors'
+    )
+    parser.add_argument(
+        VERBOSE_FLAG,
+        action='store_true',
+        default=default,
+        help="show the libraries' start-up logs and warnings",
+    )
+
+
+def add_source_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds SOURCE, `--split` and `--data-dir`: what `load_source` reads."""
+    parser.add_argument(
+        'source', help='a TFDS dataset directory, or a TFDS dataset name found in --data-dir'
+    )
+    parser.add_argument('--split', default='train', help="TFDS split (default 'train')")
+    parser.add_argument(
+        '--data-dir', default=None, help="where to look up a TFDS name (default: TFDS' own)"
+    )
+
+
+def load_source(
+    args: argparse.Namespace,
+    *,
+    split: str | None = None,
+    check_files: bool | str = True,
+):
+    """Opens the command's SOURCE with `rlds_reverb.load` (the CLI's one loader).
+
+    Args:
+      args: The parsed arguments (`source`, `split`, `data_dir`).
+      split: A split to read instead of `args.split` (a worker's slice).
+      check_files: As for `load`.
+
+    Returns:
+      The RLDS dataset.
+    """
+    from rlds_reverb.data import loading  # Imported late: TFDS is slow to import.
+
+    return loading.load(
+        args.source,
+        split=split or args.split,
+        data_dir=getattr(args, 'data_dir', None),
+        check_files=check_files,
+    )

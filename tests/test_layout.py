@@ -1,0 +1,113 @@
+"""The package layout: every module imports only its own layer and the layers below, no cycles.
+
+Layers, bottom-up (README, Architecture): core, data, adders, transform, serve, write,
+learn, examples, cli. Imports inside functions count too: a lazy import is a dependency.
+"""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import pytest
+
+_ROOT = pathlib.Path(__file__).resolve().parent.parent
+_LAYERS = ('core', 'data', 'adders', 'transform', 'serve', 'write', 'learn', 'examples', 'cli')
+
+
+def _module_name(path: pathlib.Path) -> str:
+    parts = list(path.relative_to(_ROOT).with_suffix('').parts)
+    if parts[-1] == '__init__':
+        parts.pop()
+    return '.'.join(parts)
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    paths = [*(_ROOT / 'rlds_reverb').rglob('*.py'), *(_ROOT / 'adders').rglob('*.py')]
+    return {_module_name(p): p for p in paths}
+
+
+def _imports(path: pathlib.Path, modules: dict[str, pathlib.Path]) -> set[str]:
+    """Returns the package modules `path` imports (a `from pkg import name` of a submodule
+    counts as that submodule)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            submodules = [f'{node.module}.{alias.name}' for alias in node.names]
+            # Names that are not submodules come from the package's `__init__`.
+            attributes = [name for name in submodules if name not in modules]
+            names = [name for name in submodules if name in modules]
+            names += [node.module] if attributes else []
+        else:
+            continue
+        for name in names:
+            while name and name not in modules:
+                name = name.rpartition('.')[0]
+            if name:
+                found.add(name)
+    return found
+
+
+def _layer(module: str) -> int | None:
+    parts = module.split('.')
+    if parts[0] == 'adders':
+        return _LAYERS.index('adders')
+    if len(parts) > 1 and parts[1] in _LAYERS:
+        return _LAYERS.index(parts[1])
+    return None  # rlds_reverb itself and version.py: outside the layers.
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(path, modules) - {name} for name, path in modules.items()}
+
+
+def test_every_module_imports_only_its_layer_and_below():
+    wrong = []
+    for module, imported in _graph().items():
+        layer = _layer(module)
+        if layer is None:
+            continue
+        for other in imported:
+            other_layer = _layer(other)
+            # A package imports its own modules, whatever their layer order.
+            if other_layer is not None and other_layer > layer:
+                wrong.append(
+                    f'{module} ({_LAYERS[layer]}) imports {other} ({_LAYERS[other_layer]})'
+                )
+    assert not wrong, '\n'.join(wrong)
+
+
+def test_no_import_cycles():
+    graph = _graph()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done.
+    path: list[str] = []
+
+    def visit(module: str) -> None:
+        state[module] = 1
+        path.append(module)
+        for other in sorted(graph[module]):
+            if state.get(other) == 1:
+                cycle = path[path.index(other) :] + [other]
+                pytest.fail('import cycle: ' + ' -> '.join(cycle))
+            if other not in state:
+                visit(other)
+        path.pop()
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module)
+
+
+def test_adders_build_on_core_only():
+    outside = {
+        f'{module} imports {other}'
+        for module, imported in _graph().items()
+        if module.startswith('adders')
+        for other in imported
+        if not (other.startswith('adders') or other.startswith('rlds_reverb.core'))
+    }
+    assert not outside, sorted(outside)
