@@ -150,11 +150,7 @@ def map_episodes(
         fn = tf.autograph.experimental.do_not_convert(fn)
     rlds = is_rlds(dataset)
     if rlds:
-        dataset = dataset.map(
-            lambda e: {**e, types.STEPS: episodes.batch_steps(e[types.STEPS])},
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=True,
-        )
+        dataset = episodes.to_whole_episodes(dataset)
 
     def _get(element):
         return element[types.STEPS] if rlds else element
@@ -182,11 +178,8 @@ def map_episodes(
         dataset = dataset.unbatch()
         if not rlds:
             dataset = dataset.map(lambda element: element)
-    if rlds:
-        dataset = dataset.map(
-            lambda e: {**e, types.STEPS: tf.data.Dataset.from_tensor_slices(e[types.STEPS])}
-        )
-    return dataset
+    # RLDS out, its tensor form remembered: a next adder or push skips the nested steps.
+    return episodes.from_whole_episodes(dataset) if rlds else dataset
 
 
 def _flatten_episodes(batch: types.Step):

@@ -7,6 +7,7 @@ on whole tensors, and only then go back to steps.
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Callable
 
 import tensorflow as tf
@@ -15,6 +16,11 @@ from rlds_reverb.core import types
 
 # tf.data's batch size for "the whole episode": larger than any episode.
 _WHOLE_EPISODE = 2**31 - 1
+
+# RLDS datasets whose episodes are also at hand as whole-episode tensors (a TFDS source read
+# without the per-step nested dataset, or an adder's output): dataset -> whole episodes.
+# Weak keys: the view lives as long as the RLDS dataset it belongs to.
+_WHOLE_EPISODE_VIEWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _empty_batch(step_spec: types.SpecNest) -> types.Nest:
@@ -58,6 +64,56 @@ def without_autograph(fn: Callable) -> Callable:
     return tf.autograph.experimental.do_not_convert(fn)
 
 
+def from_whole_episodes(whole_episodes: tf.data.Dataset) -> tf.data.Dataset:
+    """Returns the RLDS dataset of whole episodes, remembering their tensor form.
+
+    The RLDS dataset is what users see and may transform further; the toolkit's own
+    functions given this very dataset (`to_whole_episodes`, `to_episode_tensors`) read the
+    remembered tensors and skip the per-step nested dataset.
+
+    Args:
+      whole_episodes: Episodes as dicts: episode-level fields and `steps`, a nest of
+        `[T, ...]` tensors.
+
+    Returns:
+      An RLDS dataset: the same episodes with `steps` as a `tf.data.Dataset` of steps.
+    """
+    rlds = whole_episodes.map(
+        without_autograph(
+            lambda e: {**e, types.STEPS: tf.data.Dataset.from_tensor_slices(e[types.STEPS])}
+        )
+    )
+    _WHOLE_EPISODE_VIEWS[rlds] = whole_episodes
+    return rlds
+
+
+def has_whole_episodes(episodes: tf.data.Dataset) -> bool:
+    """Returns whether `episodes`' whole-episode tensors are at hand (no nested steps read)."""
+    return episodes in _WHOLE_EPISODE_VIEWS
+
+
+def to_whole_episodes(episodes: tf.data.Dataset) -> tf.data.Dataset:
+    """Maps an RLDS dataset to its episodes with `steps` as a nest of `[T, ...]` tensors.
+
+    Episode-level fields (metadata) are kept. For a dataset `rlds_reverb.load` read from a
+    TFDS source (or an adder returned), the tensors TFDS decoded are used directly.
+
+    Args:
+      episodes: An RLDS dataset.
+
+    Returns:
+      A dataset with one dict per episode: its episode-level fields and `steps`.
+    """
+    view = _WHOLE_EPISODE_VIEWS.get(episodes)
+    if view is not None:
+        return view
+    return episodes.map(
+        without_autograph(lambda e: {**e, types.STEPS: batch_steps(e[types.STEPS])}),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+
+
 def to_episode_tensors(episodes: tf.data.Dataset) -> tf.data.Dataset:
     """Maps an RLDS dataset to a dataset of whole-episode step tensors.
 
@@ -68,6 +124,9 @@ def to_episode_tensors(episodes: tf.data.Dataset) -> tf.data.Dataset:
       A dataset with one element per episode (empty episodes included, with T = 0): the
       episode's steps as a nest of `[T, ...]` tensors.
     """
+    view = _WHOLE_EPISODE_VIEWS.get(episodes)
+    if view is not None:
+        return view.map(lambda e: e[types.STEPS])
     return episodes.map(
         without_autograph(lambda episode: batch_steps(episode[types.STEPS])),
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -118,8 +177,7 @@ def to_rlds_episodes(episode_tensors: tf.data.Dataset) -> tf.data.Dataset:
       episode_tensors: A dataset of nests of `[T, ...]` tensors.
 
     Returns:
-      An RLDS dataset with one episode per element, its `steps` sliced along time.
+      An RLDS dataset with one episode per element, its `steps` sliced along time (its tensor
+      form remembered, see `from_whole_episodes`).
     """
-    return episode_tensors.map(
-        lambda steps: {types.STEPS: tf.data.Dataset.from_tensor_slices(steps)}
-    )
+    return from_whole_episodes(episode_tensors.map(lambda steps: {types.STEPS: steps}))

@@ -14,6 +14,18 @@ Sources, in the order they are tried:
 * a TFDS dataset name (`'name'`, `'name/config'`, `'name:1.0.0'`) found in `data_dir`
   (or in TFDS' default data directory); nothing is ever downloaded.
 
+Reading. A TFDS source is read as whole episodes: TFDS decodes each episode's steps in one
+batch (images and other encoded features included) straight into `[T, ...]` tensors,
+without the per-step nested dataset, and the toolkit's functions given the returned dataset
+use those tensors (`core.episodes.to_whole_episodes`). Users still see an RLDS dataset; a
+transformation of it (`.take`, `.map`) is read through its nested steps, correctly but more
+slowly. `whole_episodes=False` reads the nested steps as TFDS gives them.
+
+Choosing step fields. `step_fields=` names the step fields to keep (TFDS' `/` paths for
+nested ones, such as `'observation/image'`): RLDS' own fields (action, reward, discount and
+the flags) are always kept, and `observation` whole unless paths inside it are named.
+Fields left out are never decoded, which is where images cost.
+
 Corrupt files. Before reading, `load` checks that every shard of the split exists and, for
 TFRecord shards, that their total size is what the split's records need; on a mismatch it
 scans the shards and names the truncated or corrupt file. A shard corrupted without a size
@@ -32,6 +44,7 @@ import os
 import pathlib
 import re
 import warnings
+from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
 import tensorflow as tf
@@ -39,6 +52,7 @@ import tensorflow_datasets as tfds
 import tree
 from tensorflow_datasets.core import example_parser
 
+from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import types
 from rlds_reverb.core.errors import SourceError, SourceNotFoundError, SpecMismatchError
 from rlds_reverb.core.specs import get_step_spec
@@ -54,6 +68,9 @@ _TFRECORD_OVERHEAD = 16
 
 Source = tf.data.Dataset | str | os.PathLike
 CheckFiles = bool | Literal['full']
+_PATH_SEPARATOR = '/'
+# The step fields every selection keeps: RLDS' own, which every transform reads.
+_ALWAYS_KEPT = tuple(f for f in types.REQUIRED_STEP_FIELDS if f != types.OBSERVATION)
 
 
 def load(
@@ -64,6 +81,8 @@ def load(
     shuffle_files: bool = False,
     read_config: tfds.ReadConfig | None = None,
     check_files: CheckFiles = True,
+    step_fields: Sequence[str] | None = None,
+    whole_episodes: bool = True,
 ) -> tf.data.Dataset:
     """Opens an RLDS dataset and checks that its steps hold every required field.
 
@@ -79,6 +98,11 @@ def load(
         (cheap); `'full'` also reads every shard once and decodes every record, naming a
         record whose step fields do not parse or differ in step count (a field missing
         from one episode); `False` checks nothing.
+      step_fields: The step fields to keep, as `/` paths (`'observation/image'`,
+        `'language_instruction'`); RLDS' own fields are always kept, and `observation` whole
+        unless paths inside it are named. None keeps every field.
+      whole_episodes: For a TFDS source, read each episode's steps as whole tensors (the
+        fast path); False reads TFDS' nested per-step dataset.
 
     Returns:
       An RLDS dataset: episodes holding a `steps` dataset with every required field.
@@ -88,6 +112,8 @@ def load(
       SourceError: If the source is not an RLDS dataset (not a TFDS directory, no `steps`),
         the split is unknown, or a shard is missing, truncated or corrupt.
       SpecMismatchError: If a required step field other than `discount` is missing.
+        A step feature the whole-episode reader cannot decode is named in a `SourceError`.
+      SpecMismatchError: If `step_fields` names a field the steps do not have.
       TypeError: If `source` is neither a dataset, a path nor a string.
       ValueError: If `check_files` is not True, False or 'full'.
 
@@ -99,21 +125,176 @@ def load(
         raise ValueError(
             f"check_files={check_files!r} is not valid; expected True, False or 'full'."
         )
+    paths = _parse_step_fields(step_fields)
     if isinstance(source, tf.data.Dataset):
-        return _check_episodes(source, where='the given tf.data.Dataset')
+        where = 'the given tf.data.Dataset'
+        return _check_episodes(_select_in_steps(source, paths, where=where), where=where)
     builder, where = _open_builder(source, data_dir=data_dir)
     _check_rlds_features(builder, where=where)
     split_names = _check_split(builder, split, where=where)
     if check_files:
         for name in split_names:
             _check_shards(builder, name, where=where, full=check_files == 'full')
+    if whole_episodes:
+        whole = _read_whole_episodes(
+            builder,
+            split=split,
+            shuffle_files=shuffle_files,
+            read_config=read_config,
+            paths=paths,
+            where=where,
+        )
+        episodes = episodes_lib.from_whole_episodes(whole)
+        _check_step_spec(episodes, where=where)
+        return episodes
     try:
         episodes = builder.as_dataset(
             split=split, shuffle_files=shuffle_files, read_config=read_config
         )
     except (ValueError, KeyError, AssertionError, tf.errors.OpError) as e:
         raise SourceError(f'Could not read split {split!r} of {where}: {e}') from e
-    return _check_episodes(episodes, where=where)
+    return _check_episodes(_select_in_steps(episodes, paths, where=where), where=where)
+
+
+def _parse_step_fields(step_fields: Sequence[str] | None) -> list[tuple[str, ...]] | None:
+    """Returns the selected step fields as key paths, or None for all of them."""
+    if step_fields is None:
+        return None
+    if isinstance(step_fields, str) or not all(isinstance(f, str) for f in step_fields):
+        raise TypeError(
+            f'step_fields must be a sequence of field paths such as '
+            f"['observation/image', 'language_instruction']; got {step_fields!r}."
+        )
+    return [tuple(field.strip(_PATH_SEPARATOR).split(_PATH_SEPARATOR)) for field in step_fields]
+
+
+def _list_paths(tree: Mapping, prefix: tuple[str, ...] = ()) -> list[str]:
+    """Returns every `/` path of a nested mapping (sub-dicts and their leaves)."""
+    found = []
+    for key, value in tree.items():
+        found.append(_PATH_SEPARATOR.join((*prefix, key)))
+        if isinstance(value, Mapping | tfds.features.FeaturesDict):
+            found += _list_paths(value, (*prefix, key))
+    return found
+
+
+def select_step_fields(tree: Mapping, paths: list[tuple[str, ...]] | None, *, where: str):
+    """Returns the nested mapping `tree` (one step, or its features) pruned to `paths`.
+
+    RLDS' own fields are always kept, and `observation` whole unless paths inside it are
+    named.
+
+    Raises:
+      SpecMismatchError: If a path names a field `tree` does not have.
+    """
+    if paths is None:
+        return dict(tree)
+    wanted = [(field,) for field in _ALWAYS_KEPT if field in tree]
+    if not any(path[0] == types.OBSERVATION for path in paths):
+        wanted.append((types.OBSERVATION,))
+    selected: dict = {}
+    for path in [*wanted, *paths]:
+        node, out = tree, selected
+        for depth, key in enumerate(path):
+            if not isinstance(node, Mapping | tfds.features.FeaturesDict) or key not in node:
+                raise SpecMismatchError(
+                    f'{where}: step_fields names {_PATH_SEPARATOR.join(path)!r}, which the '
+                    f'steps do not have. Step fields: {_list_paths(tree)}.'
+                )
+            node = node[key]
+            if depth == len(path) - 1:
+                out[key] = node
+            else:
+                out = out.setdefault(key, {})
+    return selected
+
+
+def _select_in_steps(
+    episodes: tf.data.Dataset, paths: list[tuple[str, ...]] | None, *, where: str
+) -> tf.data.Dataset:
+    """Returns the episodes with their steps pruned to `paths` (unchanged for None)."""
+    if paths is None:
+        return episodes
+    steps_spec = episodes.element_spec.get(types.STEPS)
+    if not isinstance(steps_spec, tf.data.DatasetSpec):
+        return episodes  # Not RLDS: _check_episodes says why.
+    select_step_fields(steps_spec.element_spec, paths, where=where)  # Names a wrong path.
+    return episodes.map(
+        lambda e: {
+            **e,
+            types.STEPS: e[types.STEPS].map(
+                lambda step: select_step_fields(step, paths, where=where)
+            ),
+        }
+    )
+
+
+def _read_whole_episodes(
+    builder: tfds.core.DatasetBuilder,
+    *,
+    split: str,
+    shuffle_files: bool,
+    read_config: tfds.ReadConfig | None,
+    paths: list[tuple[str, ...]] | None,
+    where: str,
+) -> tf.data.Dataset:
+    """Returns the split's episodes with `steps` as whole `[T, ...]` tensors.
+
+    TFDS is told to leave `steps` encoded; each episode's step features are then decoded as
+    one batch (`decode_batch_example`: images and other encoded features decoded per step
+    inside one op), only for the selected fields.
+    """
+    step_features = select_step_fields(
+        builder.info.features[types.STEPS].feature, paths, where=where
+    )
+    # A Sequence decodes each field with its own batch decoder (a whole FeaturesDict would
+    # decode step by step with tf.map_fn, ~10x slower here).
+    decoder = tfds.features.Sequence(tfds.features.FeaturesDict(step_features))
+    try:
+        encoded = builder.as_dataset(
+            split=split,
+            shuffle_files=shuffle_files,
+            read_config=read_config,
+            decoders={types.STEPS: tfds.decode.SkipDecoding()},
+        )
+    except (ValueError, KeyError, AssertionError, tf.errors.OpError) as e:
+        raise SourceError(f'Could not read split {split!r} of {where}: {e}') from e
+    encoded_spec = select_step_fields(encoded.element_spec[types.STEPS], paths, where=where)
+    _check_decodable(decoder, encoded_spec, where=where)
+
+    def _decode(episode: dict) -> dict:
+        raw = select_step_fields(episode[types.STEPS], paths, where=where)
+        steps = decoder.decode_example(raw)
+        if types.DISCOUNT not in steps and types.REWARD in steps:
+            steps = _fill_discount(steps)
+        return {**episode, types.STEPS: steps}
+
+    if types.DISCOUNT not in step_features and types.REWARD in step_features:
+        _warn_no_discount(where, stacklevel=4)
+    return encoded.map(
+        episodes_lib.without_autograph(_decode),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+
+
+def _check_decodable(decoder: tfds.features.Sequence, encoded_spec: Mapping, *, where: str) -> None:
+    """Raises `SourceError` naming the step feature that cannot be decoded as a batch."""
+    for name, feature in decoder.feature.items():
+        spec = encoded_spec[name]
+        sequence = tfds.features.Sequence(feature)
+
+        def _trace(raw, sequence=sequence):
+            return sequence.decode_example(raw)
+
+        try:
+            tf.function(_trace).get_concrete_function(spec)
+        except Exception as e:  # TFDS features raise many types for unsupported data.
+            raise SourceError(
+                f'{where}: step field {name!r} ({type(feature).__name__}) cannot be decoded '
+                f'as a whole episode ({type(e).__name__}: {e}). Read the nested steps with '
+                f'load(..., whole_episodes=False), or leave the field out with step_fields=.'
+            ) from e
 
 
 def _open_builder(source: Any, *, data_dir: Any) -> tuple[tfds.core.DatasetBuilder, str]:
@@ -213,14 +394,27 @@ def _builder_from_directory(directory: pathlib.Path) -> tfds.core.DatasetBuilder
 
 
 def _builder_from_name(name: str, *, data_dir: Any) -> tfds.core.DatasetBuilder:
-    """Returns the builder of a prepared TFDS dataset; never downloads or prepares."""
+    """Returns the builder of a prepared TFDS dataset; never downloads or prepares.
+
+    The prepared files in `data_dir` come first (as `tfds.builder_from_directory` reads
+    them), so a dataset whose registered builder cannot open its own files (TFDS 4.9.4's
+    Open X-Embodiment builders look for them relative to the working directory) loads
+    anyway; TFDS' registry is asked only when no such files exist.
+    """
     where = f'data_dir={os.fspath(data_dir)!r}' if data_dir else "TFDS' default data_dir"
+    prepared = _find_prepared(name, data_dir)
+    if prepared is not None:
+        return _builder_from_directory(prepared)
     try:
         builder = tfds.builder(name, data_dir=os.fspath(data_dir) if data_dir else None)
     except tfds.core.DatasetNotFoundError as e:
         raise SourceNotFoundError(_name_not_found(name, data_dir)) from e
     except Exception as e:  # TFDS raises many types for unreadable metadata.
-        raise SourceError(f'Could not open TFDS dataset {name!r} in {where}: {e}') from e
+        raise SourceError(
+            f'Could not open TFDS dataset {name!r} in {where}: {e}. If its files are '
+            f'elsewhere, pass the dataset directory (holding {_DATASET_INFO}) instead of '
+            f'the name.'
+        ) from e
     if not builder.is_prepared():
         raise SourceNotFoundError(
             f'TFDS dataset {name!r} is known but not prepared in {where} (looked for '
@@ -228,6 +422,23 @@ def _builder_from_name(name: str, *, data_dir: Any) -> tfds.core.DatasetBuilder:
             f'example `tfds build {name} --data_dir=...`) or pass its directory.'
         )
     return builder
+
+
+def _find_prepared(name: str, data_dir: Any) -> pathlib.Path | None:
+    """Returns the prepared dataset directory of `name[/config][:version]`, if any."""
+    root = pathlib.Path(data_dir or tfds.core.constants.DATA_DIR).expanduser()
+    base, _, version = name.partition(':')
+    if not base or base.startswith(_PATH_SEPARATOR) or '..' in base.split(_PATH_SEPARATOR):
+        return None
+    if version:
+        candidate = root / base / version
+        return candidate if (candidate / _DATASET_INFO).is_file() else None
+    versions = [
+        info.parent
+        for info in (root / base).glob(f'*/{_DATASET_INFO}')
+        if tfds.core.Version.is_valid(info.parent.name)
+    ]
+    return max(versions, key=_version_key) if versions else None
 
 
 def _name_not_found(name: str, data_dir: Any) -> str:
@@ -365,6 +576,15 @@ def _fill_discount(step: types.Step) -> types.Step:
     return {**step, types.DISCOUNT: discount}
 
 
+def _warn_no_discount(where: str, *, stacklevel: int) -> None:
+    warnings.warn(
+        f"The steps of {where} have no '{types.DISCOUNT}' field; using 1.0 on every step "
+        '(termination is read from the is_terminal/is_last flags).',
+        UserWarning,
+        stacklevel=stacklevel,  # The caller of `load`.
+    )
+
+
 def _with_discount(episodes: tf.data.Dataset, *, where: str) -> tf.data.Dataset:
     """Returns the episodes with `discount` filled in where the steps lack it (warning once)."""
     episode_spec = episodes.element_spec
@@ -374,12 +594,7 @@ def _with_discount(episodes: tf.data.Dataset, *, where: str) -> tf.data.Dataset:
         return episodes  # Complete, or not RLDS at all: get_step_spec says which.
     if types.REWARD not in step_spec:
         return episodes  # get_step_spec names every missing field.
-    warnings.warn(
-        f"The steps of {where} have no '{types.DISCOUNT}' field; using 1.0 on every step "
-        '(termination is read from the is_terminal/is_last flags).',
-        UserWarning,
-        stacklevel=4,  # The caller of `load`.
-    )
+    _warn_no_discount(where, stacklevel=5)
     return episodes.map(
         lambda episode: {**episode, types.STEPS: episode[types.STEPS].map(_fill_discount)}
     )
@@ -388,10 +603,15 @@ def _with_discount(episodes: tf.data.Dataset, *, where: str) -> tf.data.Dataset:
 def _check_episodes(episodes: tf.data.Dataset, *, where: str) -> tf.data.Dataset:
     """Returns the episodes with `discount` filled, after checking the step fields."""
     episodes = _with_discount(episodes, where=where)
+    _check_step_spec(episodes, where=where)
+    return episodes
+
+
+def _check_step_spec(episodes: tf.data.Dataset, *, where: str) -> None:
+    """Raises unless the episodes' steps hold every required field (naming `where`)."""
     try:
         get_step_spec(episodes)
     except SpecMismatchError as e:
         raise SpecMismatchError(f'{where}: {e}') from e
     except SourceError as e:
         raise SourceError(f'{where}: {e}') from e
-    return episodes
