@@ -273,3 +273,13 @@ def test_per_episode_conversion_keeps_time_axis():
     dataset = builders.rlds([builders.episode(4), builders.episode(1)])
     per_episode = list(convert.convert_episodes_to_trajectories(dataset))
     assert [t.step_type.shape[0] for t in per_episode] == [4, 1]
+
+
+def test_missing_discount_filled_by_load_still_ends_terminated_episodes():
+    """The loader's warning promise: the flags decide, even when every discount is 1.0."""
+    episode = builders.episode(3, ending='terminated')
+    del episode[types.DISCOUNT]
+    with pytest.warns(UserWarning, match='transitions into a terminal step get discount 0'):
+        loaded = rlds_reverb.load(builders.rlds([episode]))
+    got = _stack(list(rlds_reverb.convert_rlds_to_trajectories(loaded)))
+    np.testing.assert_array_equal(got.discount, [1.0, 0.0, 0.0])

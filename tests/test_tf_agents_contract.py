@@ -36,7 +36,10 @@ _TERMINAL_DISCOUNT = (
 )
 _DEVIATIONS = {
     (RldsToTrajectoriesTest, 'test_conversion_valid_episodes_complete_episode'): _TERMINAL_DISCOUNT,
-    (RldsToTrajectoriesTest, 'test_conversion_valid_episodes_multiple_episodes'): _TERMINAL_DISCOUNT,
+    (
+        RldsToTrajectoriesTest,
+        'test_conversion_valid_episodes_multiple_episodes',
+    ): _TERMINAL_DISCOUNT,
     (RldsToTrajectoriesTest, 'test_conversion_with_policy_complete_episode'): _TERMINAL_DISCOUNT,
     (RldsToTrajectoriesTest, 'test_conversion_with_policy_multiple_episodes'): _TERMINAL_DISCOUNT,
 }
@@ -73,7 +76,9 @@ def test_d1_terminal_transition_has_discount_0():
 
 
 def test_d1_agrees_with_tf_agents_where_the_data_zeroes_the_discount():
-    episode = builders.episode(reward=[1.0, 2.0, 0.0], discount=[1.0, 0.0, 1.0], ending='terminated')
+    episode = builders.episode(
+        reward=[1.0, 2.0, 0.0], discount=[1.0, 0.0, 1.0], ending='terminated'
+    )
     data = builders.rlds([episode])
     ours = _stack(rlds_reverb.convert_rlds_to_trajectories(data))
     theirs = _stack(tfa_rlds.convert_rlds_to_trajectories(data))
@@ -156,8 +161,10 @@ def test_signature_matching_neither_spec_says_tf_agents_sentence_and_the_diff(up
     with pytest.raises(errors.SpecMismatchError) as caught:
         rlds_reverb.push_rlds_to_reverb(data, observer)
     assert str(caught.value) == 'Replay buffer table signature spec should match RLDS data spec.'
-    assert any('observation: expected float32[None, 2], found float32[None, 3]' in note
-               for note in caught.value.__notes__)
+    assert any(
+        'observation: expected float32[None, 2], found float32[None, 3]' in note
+        for note in caught.value.__notes__
+    )
     assert caught.value.differences
 
 
@@ -222,3 +229,29 @@ def test_invalid_episode_messages_hold_tf_agents_sentence_and_our_rule(name, rul
         rlds_reverb.validate(data)
     assert sentence in str(caught.value)
     assert 'episode 0, step' in str(caught.value)
+
+
+# --- D6: signatures compared by dtype and shape -------------------------------------------------
+
+
+def test_d6_signature_with_other_names_and_bounds_is_accepted():
+    data = _upstream_episodes('complete_episode')
+    spec = rlds_reverb.create_trajectory_data_spec(data)
+    plain = tf.nest.map_structure(lambda s: tf.TensorSpec(s.shape, s.dtype), spec)
+    server = reverb.Server(
+        [
+            tables.uniform(
+                'plain', max_size=100, signature=rlds_reverb.core.specs.add_outer_dim(plain)
+            )
+        ]
+    )
+    try:
+        client = reverb.Client(f'localhost:{server.port}')
+        observer = reverb_utils.ReverbAddTrajectoryObserver(client, 'plain', 2)
+        assert rlds_reverb.push_rlds_to_reverb(data, observer) == 3
+        # TF-Agents compares names and bounds too (an unbounded discount differs).
+        with pytest.raises(ValueError, match='should match RLDS data spec'):
+            tfa_rlds.push_rlds_to_reverb(data, observer)
+        observer.close()
+    finally:
+        server.stop()

@@ -198,9 +198,7 @@ def test_two_step_items_equal_tf_agents_observer(reverb_client):
     # discounts 1 1 1, and its transition into the terminal step gets 0 here.
     assert [t.discount for t in theirs[:2]] == [[1.0, 1.0], [1.0, 0.0]]
     assert [t.discount for t in ours[:2]] == [[1.0, 0.0], [0.0, 0.0]]
-    assert [t._replace(discount=None) for t in ours] == [
-        t._replace(discount=None) for t in theirs
-    ]
+    assert [t._replace(discount=None) for t in ours] == [t._replace(discount=None) for t in theirs]
     assert [t.discount for t in ours[2:]] == [t.discount for t in theirs[2:]]
 
 
