@@ -42,7 +42,8 @@ def _case_dataset(name):
 @pytest.mark.parametrize('converter,name', _CONVERTER_CASES)
 def test_matches_hand_computed_case(converter, name):
     dataset = _case_dataset(name)
-    got = _stack(list(_CONVERTERS[converter](dataset)))
+    options = _CASES[name].get('options', {}) if converter == 'rlds_reverb' else {}
+    got = _stack(list(_CONVERTERS[converter](dataset, **options)))
     want = _CASES[name]['expected']
     for field, value in want.items():
         expected.assert_nest_close(getattr(got, field), value, rtol=1e-6, atol=0, where=field)
@@ -76,6 +77,27 @@ def test_equals_tf_agents_where_tf_agents_is_right(name):
     )
 
 
+@pytest.mark.parametrize('name', sorted(two_step_cases.TF_AGENTS_TERMINAL_DISCOUNTS))
+def test_tf_agents_differs_only_by_the_discount_into_a_terminal_step(name):
+    """Deviation D1 (README): TF-Agents keeps the data's discount into a terminal step."""
+    theirs = _stack(list(tfa_rlds.convert_rlds_to_trajectories(_case_dataset(name))))
+    want = dict(_CASES[name]['expected'])
+    want['discount'] = two_step_cases.TF_AGENTS_TERMINAL_DISCOUNTS[name]
+    for field, value in want.items():
+        expected.assert_nest_close(getattr(theirs, field), value, rtol=1e-6, atol=0, where=field)
+
+
+def test_extra_fields_dropped_by_default_as_tf_agents_kept_on_request():
+    dataset = _case_dataset('extra_step_fields')
+    assert next(iter(rlds_reverb.convert_rlds_to_trajectories(dataset))).policy_info == ()
+    assert next(iter(tfa_rlds.convert_rlds_to_trajectories(dataset))).policy_info == ()
+    assert rlds_reverb.create_trajectory_data_spec(dataset) == tfa_rlds.create_trajectory_data_spec(
+        dataset
+    )
+    kept = rlds_reverb.create_trajectory_data_spec(dataset, extra_fields='policy_info')
+    assert kept.policy_info == {'log_prob': tf.TensorSpec([], tf.float32)}
+
+
 def test_dict_observations_are_split_per_step_unlike_tf_agents():
     dataset = _case_dataset('dict_observations')
     ours = list(rlds_reverb.convert_rlds_to_trajectories(dataset))
@@ -104,11 +126,13 @@ def test_policy_info_fn_matches_tf_agents_per_step_meaning():
 
 
 def _numpy_reference(episodes):
-    """TF-Agents' two-step semantics, written as an obvious loop."""
+    """The two-step semantics (docs/semantics.md §3), written as an obvious loop."""
     flat = [
-        {k: v[t] for k, v in ep.items()} for ep in episodes for t in range(len(ep[types.IS_FIRST]))
+        {**{k: v[t] for k, v in ep.items()}, 'episode': e}
+        for e, ep in enumerate(episodes)
+        for t in range(len(ep[types.IS_FIRST]))
     ]
-    padded = [*flat, {types.IS_FIRST: True, types.IS_LAST: False}]
+    padded = [*flat, {types.IS_FIRST: True, types.IS_LAST: False, 'episode': -1}]
     rows = []
     for current, following in zip(padded[:-1], padded[1:], strict=True):
 
@@ -121,6 +145,9 @@ def _numpy_reference(episodes):
         if step_type == 0 and next_type == 0:
             step_type = next_type = 2
         terminal = current[types.IS_LAST] and current[types.IS_TERMINAL]
+        # The flags decide: the transition into a terminal step has discount 0 too.
+        if following['episode'] == current['episode'] and following[types.IS_TERMINAL]:
+            terminal = True
         rows.append(
             dict(
                 step_type=step_type,
@@ -246,3 +273,13 @@ def test_per_episode_conversion_keeps_time_axis():
     dataset = builders.rlds([builders.episode(4), builders.episode(1)])
     per_episode = list(convert.convert_episodes_to_trajectories(dataset))
     assert [t.step_type.shape[0] for t in per_episode] == [4, 1]
+
+
+def test_missing_discount_filled_by_load_still_ends_terminated_episodes():
+    """The loader's warning promise: the flags decide, even when every discount is 1.0."""
+    episode = builders.episode(3, ending='terminated')
+    del episode[types.DISCOUNT]
+    with pytest.warns(UserWarning, match='transitions into a terminal step get discount 0'):
+        loaded = rlds_reverb.load(builders.rlds([episode]))
+    got = _stack(list(rlds_reverb.convert_rlds_to_trajectories(loaded)))
+    np.testing.assert_array_equal(got.discount, [1.0, 0.0, 0.0])

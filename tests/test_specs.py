@@ -5,8 +5,10 @@ import pytest
 import tensorflow as tf
 
 import rlds_reverb
+from rlds_reverb import tables
 from rlds_reverb.core import errors, specs, types
 from rlds_reverb.data import stats
+from rlds_reverb.transform import items
 from tests import builders
 
 
@@ -16,11 +18,16 @@ def test_get_rlds_step_features_matches_tf_agents():
     assert rlds_reverb.get_rlds_step_features() == rlds_to_reverb.get_rlds_step_features()
 
 
-def test_extra_fields_become_policy_info_spec():
+def test_extra_fields_are_dropped_or_become_policy_info_spec_on_request():
     episode = builders.episode(2)
     episode['log_prob'] = np.zeros(2, np.float32)
-    spec = rlds_reverb.create_trajectory_data_spec(builders.rlds([episode]))
+    data = builders.rlds([episode])
+    assert rlds_reverb.create_trajectory_data_spec(data).policy_info == ()  # As TF-Agents.
+    spec = rlds_reverb.create_trajectory_data_spec(data, extra_fields='policy_info')
     assert spec.policy_info == {'log_prob': tf.TensorSpec([], tf.float32)}
+    # The push item keeps them by default, with the same spec.
+    signature = tables.signature_for(items.TwoStep(), data)
+    assert signature.policy_info == {'log_prob': tf.TensorSpec([None], tf.float32)}
 
 
 def test_diff_specs_lists_each_leaf():

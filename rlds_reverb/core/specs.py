@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 
 import tensorflow as tf
 import tree
@@ -11,7 +12,7 @@ from tf_agents.trajectories import policy_step, trajectory
 from tf_agents.trajectories import time_step as ts
 
 from rlds_reverb.core import types
-from rlds_reverb.core.errors import SourceError, SpecMismatchError
+from rlds_reverb.core.errors import RldsReverbError, SourceError, SpecMismatchError
 
 PolicyInfoFn = Callable[[types.Step, types.Step], types.Nest] | None
 
@@ -38,22 +39,54 @@ def get_step_spec(rlds_data: tf.data.Dataset) -> dict[str, types.SpecNest]:
     steps_spec = episode_spec.get(types.STEPS) if isinstance(episode_spec, dict) else None
     if not isinstance(steps_spec, tf.data.DatasetSpec):
         found = list(episode_spec) if isinstance(episode_spec, dict) else episode_spec
-        raise SourceError(
+        error = SourceError(
             f"No dataset representing RLDS '{types.STEPS}' exists in the data: each episode "
             f"must be a dict with a '{types.STEPS}' tf.data.Dataset; found {found}. "
             'Pass an RLDS dataset of episodes (for example rlds_reverb.load(path)).'
         )
+        error.tf_agents_message = f'No dataset representing RLDS {types.STEPS} exist in the data.'
+        raise error
     step_spec = steps_spec.element_spec
     if not isinstance(step_spec, dict):
         raise SourceError(f'RLDS steps must be dicts of fields; found a step spec {step_spec}.')
     missing = [f for f in types.REQUIRED_STEP_FIELDS if f not in step_spec]
     if missing:
-        raise SpecMismatchError(
+        error = SpecMismatchError(
             f'Invalid RLDS step spec: missing step field(s) {missing}. Features expected are '
             f'{get_rlds_step_features()}, but found {sorted(step_spec)}. Add the missing '
             "fields (rlds_reverb.load fills a missing 'discount' with 1.0)."
         )
+        error.tf_agents_message = (
+            f'Invalid RLDS step spec. Features expected are {get_rlds_step_features()}, '
+            f'but found {list(step_spec.keys())}'
+        )
+        raise error
     return dict(step_spec)
+
+
+@contextlib.contextmanager
+def use_tf_agents_messages() -> Iterator[None]:
+    """Re-raises this toolkit's spec errors with TF-Agents' exact message as `str(error)`.
+
+    The TF-Agents drop-in functions run under it, so that code comparing `str(e)` with
+    TF-Agents' text keeps working. The error keeps its class (`SourceError`,
+    `SpecMismatchError`, both `ValueError`s) and `differences`; our fuller message (what was
+    found, what to do) travels as a PEP 678 note (`e.__notes__`, shown in tracebacks).
+    Errors without a TF-Agents counterpart pass unchanged.
+    """
+    try:
+        yield
+    except RldsReverbError as e:
+        message = getattr(e, 'tf_agents_message', None)
+        if message is None:
+            raise
+        error = type(e)(message)
+        if isinstance(e, SpecMismatchError):
+            error.differences = list(e.differences)
+        error.add_note(str(e))
+        for note in getattr(e, '__notes__', ()):
+            error.add_note(note)
+        raise error from None
 
 
 def get_extra_step_fields(step_spec: dict[str, types.SpecNest]) -> list[str]:
@@ -69,16 +102,22 @@ def _discount_spec(discount: tf.TensorSpec) -> tensor_spec.BoundedTensorSpec:
 
 
 def trace_policy_info_spec(
-    step_spec: dict[str, types.SpecNest], policy_info_fn: PolicyInfoFn
+    step_spec: dict[str, types.SpecNest],
+    policy_info_fn: PolicyInfoFn,
+    *,
+    extra_fields: types.ExtraFields | str = types.ExtraFields.DROP,
 ) -> types.SpecNest:
     """Returns the spec of `policy_info_fn(current_step, next_step)` for single steps.
 
-    Without a function, the policy info is the dict of extra step fields (or `()` when
-    there are none), so that no field is silently dropped.
+    Without a function, the policy info is `()` (`ExtraFields.DROP`, as TF-Agents) or the
+    dict of extra step fields (`ExtraFields.POLICY_INFO`; `()` when there are none).
     """
     if policy_info_fn is None:
+        extra_fields = types.as_enum(types.ExtraFields, extra_fields, argument='extra_fields')
         extras = get_extra_step_fields(step_spec)
-        return {f: step_spec[f] for f in extras} if extras else ()
+        if extra_fields is types.ExtraFields.DROP or not extras:
+            return ()
+        return {f: step_spec[f] for f in extras}
     concrete = tf.function(policy_info_fn).get_concrete_function(step_spec, step_spec)
     return tf.nest.map_structure(
         lambda t: tf.TensorSpec(t.shape, t.dtype), concrete.structured_outputs
@@ -86,17 +125,24 @@ def trace_policy_info_spec(
 
 
 def create_trajectory_data_spec(
-    rlds_data: tf.data.Dataset, *, policy_info_fn: PolicyInfoFn = None
+    rlds_data: tf.data.Dataset,
+    *,
+    policy_info_fn: PolicyInfoFn = None,
+    extra_fields: types.ExtraFields | str = types.ExtraFields.DROP,
 ) -> trajectory.Trajectory:
     """Creates the trajectory spec for a Reverb table or replay buffer fed from `rlds_data`.
 
     Equal (`==`) to TF-Agents' `create_trajectory_data_spec` for data with float32 discounts
-    and no extra step fields. Unlike it, the discount keeps the data's dtype and shape, and
-    extra step fields (or `policy_info_fn`'s output) appear as `policy_info`.
+    (extra step fields dropped, as TF-Agents does). Unlike it, the discount keeps the data's
+    dtype and shape, and `policy_info_fn`'s output (or, with
+    `extra_fields='policy_info'`, the extra step fields) appears as `policy_info`.
+    Errors say what TF-Agents says (`str(e)`), with the details as a note.
 
     Args:
       rlds_data: An RLDS dataset (see `rlds_reverb.core.types`).
       policy_info_fn: The function later given to the converter, if any.
+      extra_fields: `'drop'` (default, as TF-Agents) or `'policy_info'`
+        (`types.ExtraFields`); give the converter the same.
 
     Returns:
       A `Trajectory` of specs for one (unbatched) two-step trajectory.
@@ -107,11 +153,11 @@ def create_trajectory_data_spec(
     Example:
       >>> spec = create_trajectory_data_spec(rlds_reverb.load(path))
     """
-    step_spec = get_step_spec(rlds_data)
+    with use_tf_agents_messages():
+        step_spec = get_step_spec(rlds_data)
+    info = trace_policy_info_spec(step_spec, policy_info_fn, extra_fields=extra_fields)
     time_step_spec = ts.time_step_spec(step_spec[types.OBSERVATION], step_spec[types.REWARD])
-    action_spec = policy_step.PolicyStep(
-        step_spec[types.ACTION], info=trace_policy_info_spec(step_spec, policy_info_fn)
-    )
+    action_spec = policy_step.PolicyStep(step_spec[types.ACTION], info=info)
     spec = trajectory.from_transition(time_step_spec, action_spec, time_step_spec)
     return spec._replace(discount=_discount_spec(step_spec[types.DISCOUNT]))
 

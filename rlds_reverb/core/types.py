@@ -101,6 +101,23 @@ def parse_on_invalid(
     return as_enum(ValidationMode, on_invalid, argument='on_invalid')
 
 
+class ExtraFields(enum.Enum):
+    """What two-step trajectories do with extra step fields (fields beyond the required seven).
+
+    One switch, `extra_fields=`, shared by `create_trajectory_data_spec`,
+    `convert_rlds_to_trajectories`, `push_rlds_to_reverb` and `items.TwoStep`, so that the
+    spec, the converter and a push cannot disagree (docs/semantics.md §3).
+
+    DROP: drop them, as TF-Agents does (the default of the TF-Agents drop-in functions).
+    POLICY_INFO: carry them as `policy_info`, a dict sorted by name (the default of
+        `items.TwoStep`, so `push(item=...)` keeps every field). A `policy_info_fn` wins
+        over either.
+    """
+
+    DROP = 'drop'
+    POLICY_INFO = 'policy_info'
+
+
 class EndBehavior(enum.Enum):
     """What a sequence splitter does at the end of an episode (docs/semantics.md §6).
 

@@ -34,23 +34,45 @@ _SHOWN_STEPS = 5
 _PARSER_KEY = re.compile(r'Key: (?:steps/)?([\w/]+)')
 
 
+# TF-Agents' converter's messages for the flag rules (`tf_agents.replay_buffers.
+# rlds_to_reverb`), kept in ours so that code matching them keeps working.
+_TFA_MID_THEN_FIRST = 'Mid step should not be followed by a first step.'
+_TFA_LAST_THEN_FIRST = 'Last step of an episode must be followed by a first step.'
+_TFA_TERMINAL_IS_LAST = 'Terminal step must be the last step of an episode.'
+
+
 class Rule(enum.Enum):
-    """A validation rule: its id, and what to do when it is broken."""
+    """A validation rule: its id, what to do when it is broken, and TF-Agents' sentence.
+
+    `hint` is what to do, followed by TF-Agents' message for the same defect when it has
+    one (`tf_agents_message`).
+    """
 
     NON_EMPTY = ('non_empty', 'an episode needs at least one step; drop empty episodes')
-    FIRST_AT_START = ('is_first_at_start', 'set is_first on the first step of each episode')
+    FIRST_AT_START = (
+        'is_first_at_start',
+        'set is_first on the first step of each episode',
+        _TFA_LAST_THEN_FIRST,
+    )
     FIRST_ONLY_AT_START = (
         'is_first_only_at_start',
         'is_first may be true only on step 0; split the episode where a new one starts',
+        _TFA_MID_THEN_FIRST,
     )
-    LAST_AT_END = ('is_last_at_end', 'set is_last on the final step of each episode')
+    LAST_AT_END = (
+        'is_last_at_end',
+        'set is_last on the final step of each episode',
+        _TFA_MID_THEN_FIRST,
+    )
     LAST_ONLY_AT_END = (
         'is_last_only_at_end',
         'is_last may be true only on the final step; split the episode where it ends',
+        _TFA_LAST_THEN_FIRST,
     )
     TERMINAL_IMPLIES_LAST = (
         'is_terminal_implies_is_last',
         'is_terminal may be true only on the final step, together with is_last',
+        _TFA_TERMINAL_IS_LAST,
     )
     FINITE = ('finite', 'replace NaN/Inf values, or drop the episode')
     DISCOUNT_IN_RANGE = ('discount_in_0_1', 'discounts must lie in [0, 1]')
@@ -64,9 +86,10 @@ class Rule(enum.Enum):
         "rlds_reverb.load(..., check_files='full') names its shard, record and field)",
     )
 
-    def __init__(self, rule_id: str, hint: str):
+    def __init__(self, rule_id: str, advice: str, tf_agents_message: str = ''):
         self.rule_id = rule_id
-        self.hint = hint
+        self.tf_agents_message = tf_agents_message
+        self.hint = f'{advice} (TF-Agents: {tf_agents_message})' if tf_agents_message else advice
 
 
 @dataclasses.dataclass(frozen=True)

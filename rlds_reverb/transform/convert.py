@@ -8,14 +8,18 @@ specs and outputs on valid data, and these differences:
 * nested (dict) observations are split per step (TF-Agents copies the whole pair into both
   steps of a trajectory);
 * the discount keeps the data's dtype (TF-Agents hard-codes float32 and fails on float64);
-* extra step fields become `policy_info` instead of being dropped;
+* the transition into a terminal step has discount 0 whatever the data says (TF-Agents
+  keeps the data's d_{L-1}; the two differ only on data whose discounts contradict its
+  flags, as Open X-Embodiment's do);
+* extra step fields are dropped as in TF-Agents, or carried as `policy_info` with
+  `extra_fields='policy_info'`;
 * invalid episodes are reported with every problem, or skipped whole.
 
 Mapping, per episode of steps 0..L (step t holds o_t, a_t, r_t, d_t):
 
     step_type       FIRST MID  ...  MID   LAST     (FIRST from is_first, LAST from is_last)
     next_step_type  MID   MID  ...  LAST  FIRST    (the next episode starts with FIRST)
-    discount        d_0   d_1  ...  d_L-1 0 if is_terminal else d_L
+    discount        d_0   d_1  ...  d'_L-1 d'_L    (d' = 0 if is_terminal[L], else d)
     single-step episode: (LAST, LAST)
 """
 
@@ -51,11 +55,20 @@ def compute_step_types(steps: types.Nest) -> tuple[tf.Tensor, tf.Tensor]:
 
 
 def compute_discounts(steps: types.Nest) -> types.Nest:
-    """Returns the trajectory discounts: 0 on a last-and-terminal step, the data's elsewhere."""
-    terminal_last = steps[types.IS_LAST] & steps[types.IS_TERMINAL]
+    """Returns the trajectory discounts of one episode (docs/semantics.md §3).
+
+    The flags decide termination: the transition into a terminal step (`is_terminal` on the
+    next step) and a last-and-terminal step itself get discount 0, whatever the data says;
+    every other step keeps the data's discount. So a learner reading the transition
+    (t -> t + 1) from trajectory t never bootstraps from a terminal state, also on layouts
+    that leave d_{L-1} at 1 (Open X-Embodiment).
+    """
+    terminal = steps[types.IS_TERMINAL]
+    into_terminal = tf.concat([terminal[1:], tf.zeros_like(terminal[:1])], axis=0)
+    zero = (steps[types.IS_LAST] & terminal) | into_terminal
 
     def _discount(d: tf.Tensor) -> tf.Tensor:
-        mask = tf.reshape(terminal_last, [-1] + [1] * (d.shape.rank - 1))
+        mask = tf.reshape(zero, [-1] + [1] * (d.shape.rank - 1))
         return tf.where(mask, tf.zeros_like(d), d)
 
     return tf.nest.map_structure(_discount, steps[types.DISCOUNT])
@@ -73,29 +86,43 @@ def _shift_to_next_steps(steps: types.Nest) -> types.Nest:
     return next_steps
 
 
-def compute_policy_info(steps: types.Nest, policy_info_fn: PolicyInfoFn) -> types.Nest:
-    """Returns `[T, ...]` policy info: the extra step fields, or `policy_info_fn` per step.
+def compute_policy_info(
+    steps: types.Nest,
+    policy_info_fn: PolicyInfoFn,
+    *,
+    extra_fields: types.ExtraFields | str = types.ExtraFields.DROP,
+) -> types.Nest:
+    """Returns `[T, ...]` policy info: `policy_info_fn` per step, the extras, or `()`.
 
     `policy_info_fn(current_step, next_step)` keeps TF-Agents' per-step meaning; it is
     vectorized over the episode with `tf.vectorized_map`. After an episode's last step the
     `next_step` is a zero step with `is_first` set (TF-Agents passes the next episode's
-    first step, or such a padding step after the final episode).
+    first step, or such a padding step after the final episode). Without it, the extra step
+    fields are dropped (`ExtraFields.DROP`) or carried (`ExtraFields.POLICY_INFO`).
     """
     if policy_info_fn is None:
+        extra_fields = types.as_enum(types.ExtraFields, extra_fields, argument='extra_fields')
         extras = specs.get_extra_step_fields(steps)
-        return {f: steps[f] for f in extras} if extras else ()
+        if extra_fields is types.ExtraFields.DROP or not extras:
+            return ()
+        return {f: steps[f] for f in extras}
     pairs = (steps, _shift_to_next_steps(steps))
     return tf.vectorized_map(lambda pair: policy_info_fn(*pair), pairs, fallback_to_while_loop=True)
 
 
 def episode_to_trajectory(
-    steps: types.Nest, *, policy_info_fn: PolicyInfoFn = None
+    steps: types.Nest,
+    *,
+    policy_info_fn: PolicyInfoFn = None,
+    extra_fields: types.ExtraFields | str = types.ExtraFields.DROP,
 ) -> trajectory.Trajectory:
     """Converts one episode's whole-step tensors to a `Trajectory` with a `[T]` time axis.
 
     Args:
       steps: One episode's steps as whole `[T, ...]` tensors (`rlds_reverb.core.episodes`).
       policy_info_fn: Optional `fn(current_step, next_step) -> policy_info`.
+      extra_fields: Without `policy_info_fn`: drop the extra step fields (default) or carry
+        them as `policy_info` (`types.ExtraFields`).
 
     Returns:
       A `Trajectory` whose leaves have a leading dimension T; element t is the trajectory of
@@ -109,7 +136,7 @@ def episode_to_trajectory(
         step_type=step_type,
         observation=steps[types.OBSERVATION],
         action=steps[types.ACTION],
-        policy_info=compute_policy_info(steps, policy_info_fn),
+        policy_info=compute_policy_info(steps, policy_info_fn, extra_fields=extra_fields),
         next_step_type=next_step_type,
         reward=steps[types.REWARD],
         discount=compute_discounts(steps),
@@ -120,6 +147,7 @@ def convert_episodes_to_trajectories(
     rlds_data: tf.data.Dataset,
     *,
     policy_info_fn: PolicyInfoFn = None,
+    extra_fields: types.ExtraFields | str = types.ExtraFields.DROP,
     on_invalid: types.ValidationMode | str = types.ValidationMode.RAISE,
 ) -> tf.data.Dataset:
     """Converts an RLDS dataset to one `[T]`-batched `Trajectory` per (valid) episode.
@@ -130,16 +158,18 @@ def convert_episodes_to_trajectories(
     Args:
       rlds_data: An RLDS dataset (see `rlds_reverb.core.types`).
       policy_info_fn: Optional `fn(current_step, next_step) -> policy_info`.
+      extra_fields: Drop (default) or carry the extra step fields (`types.ExtraFields`).
       on_invalid: `'raise'` or `'skip'` for invalid episodes (see `rlds_reverb.validate`).
 
     Returns:
       A dataset with one `Trajectory` of whole-episode tensors per episode.
 
     Raises:
-      ValueError: If no RLDS steps exist, the step spec is invalid, or `on_invalid` is
-        unknown (`'report'` converts nothing: call `rlds_reverb.validate`).
+      ValueError: If no RLDS steps exist, the step spec is invalid, or `on_invalid` or
+        `extra_fields` is unknown (`'report'` converts nothing: call `rlds_reverb.validate`).
     """
     mode = types.parse_on_invalid(on_invalid, function='convert_rlds_to_trajectories')
+    extra_fields = types.as_enum(types.ExtraFields, extra_fields, argument='extra_fields')
     if mode is types.ValidationMode.REPORT:
         raise ValueError(
             "on_invalid='report' converts nothing; call rlds_reverb.validate() instead."
@@ -160,7 +190,9 @@ def convert_episodes_to_trajectories(
             return episodes_lib.batch_steps(episode[types.STEPS])
 
     def _convert(steps: types.Nest) -> trajectory.Trajectory:
-        return episode_to_trajectory(steps, policy_info_fn=policy_info_fn)
+        return episode_to_trajectory(
+            steps, policy_info_fn=policy_info_fn, extra_fields=extra_fields
+        )
 
     if mode is types.ValidationMode.RAISE:
         return indexed.map(
@@ -184,6 +216,7 @@ def convert_rlds_to_trajectories(
     rlds_data: tf.data.Dataset,
     policy_info_fn: PolicyInfoFn = None,
     *,
+    extra_fields: types.ExtraFields | str = types.ExtraFields.DROP,
     on_invalid: types.ValidationMode | str = types.ValidationMode.RAISE,
     mode: types.ValidationMode | str | None = None,
     batch_size: int | None = None,
@@ -196,8 +229,10 @@ def convert_rlds_to_trajectories(
 
     Args:
       rlds_data: An RLDS dataset (see `rlds_reverb.core.types`).
-      policy_info_fn: Optional `fn(current_step, next_step) -> policy_info`; without it the
-        extra step fields (if any) are the policy info.
+      policy_info_fn: Optional `fn(current_step, next_step) -> policy_info`.
+      extra_fields: Without `policy_info_fn`: `'drop'` the extra step fields (default, as
+        TF-Agents) or carry them as `'policy_info'` (`types.ExtraFields`; give
+        `create_trajectory_data_spec` the same).
       on_invalid: `'raise'` (default) or `'skip'` for invalid episodes.
       mode: The deprecated name of `on_invalid` (0.1); works until 0.3.
       batch_size: If set, the trajectories come in batches of this many steps (crossing
@@ -210,8 +245,9 @@ def convert_rlds_to_trajectories(
       batches of them.
 
     Raises:
-      ValueError: If no RLDS steps exist in `rlds_data`, its step spec is invalid, or
-        `batch_size` is not a positive integer.
+      ValueError: If no RLDS steps exist in `rlds_data` or its step spec is invalid (with
+        TF-Agents' message as `str(e)` and ours as a note), or `batch_size` or
+        `extra_fields` is not valid.
       InvalidArgumentError: While iterating, in `'raise'` mode, at the first invalid episode;
         the message names the episode and each of its problems (step, field, rule, hint).
 
@@ -224,9 +260,13 @@ def convert_rlds_to_trajectories(
     on_invalid = types.parse_on_invalid(
         on_invalid, mode=mode, function='convert_rlds_to_trajectories'
     )
-    per_episode = convert_episodes_to_trajectories(
-        rlds_data, policy_info_fn=policy_info_fn, on_invalid=on_invalid
-    )
+    with specs.use_tf_agents_messages():
+        per_episode = convert_episodes_to_trajectories(
+            rlds_data,
+            policy_info_fn=policy_info_fn,
+            extra_fields=extra_fields,
+            on_invalid=on_invalid,
+        )
     # A few episodes ready ahead keep the slicing busy (measured 7% faster than none).
     per_episode = per_episode.prefetch(_EPISODES_AHEAD)
     if batch_size is not None:

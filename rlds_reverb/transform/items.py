@@ -158,19 +158,37 @@ class ItemKind(abc.ABC):
 class TwoStep(ItemKind):
     """TF-Agents two-step trajectories, one per pair (t, t + 1) of an episode.
 
+    The transition into a terminal step has discount 0 whatever the data says
+    (docs/semantics.md §3).
+
+    Args:
+      extra_fields: What becomes of extra step fields without a `policy_info_fn`:
+        `'policy_info'` (default: carried, so a push keeps every field) or `'drop'` (as
+        TF-Agents' `push_rlds_to_reverb`), a `types.ExtraFields`.
+
     Example:
       >>> rlds_reverb.push(episodes, 'localhost:8000', 'uniform', item=items.TwoStep())
     """
 
+    extra_fields: types.ExtraFields | str = types.ExtraFields.POLICY_INFO
+
+    def __post_init__(self):
+        extra_fields = types.as_enum(types.ExtraFields, self.extra_fields, argument='extra_fields')
+        object.__setattr__(self, 'extra_fields', extra_fields)
+
     def compute_rows(self, steps, *, policy_info_fn=None):
-        return convert.episode_to_trajectory(steps, policy_info_fn=policy_info_fn)
+        return convert.episode_to_trajectory(
+            steps, policy_info_fn=policy_info_fn, extra_fields=self.extra_fields
+        )
 
     def compute_windows(self, steps):
         count = tf.maximum(tf.shape(steps[types.IS_FIRST])[0] - 1, 0)
         return tf.range(count), tf.fill([count], 2)
 
     def compute_item_spec(self, episodes, *, policy_info_fn=None):
-        spec = specs.create_trajectory_data_spec(episodes, policy_info_fn=policy_info_fn)
+        spec = specs.create_trajectory_data_spec(
+            episodes, policy_info_fn=policy_info_fn, extra_fields=self.extra_fields
+        )
         return specs.add_outer_dim(spec)
 
     @property

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
+import warnings
 from collections.abc import Callable
 
 import numpy as np
@@ -24,6 +25,7 @@ from rlds_reverb.core.errors import (
     EpisodeTooLongError,
     InvalidEpisodeError,
     PushError,
+    SpecMismatchError,
     TableTooSmallError,
 )
 from rlds_reverb.core.specs import PolicyInfoFn
@@ -287,8 +289,76 @@ def push(
     return stats
 
 
+# TF-Agents' message when the table signature does not match the data (`str(e)` of ours).
+_TF_AGENTS_SIGNATURE_MESSAGE = 'Replay buffer table signature spec should match RLDS data spec.'
+
+
+def _describe_signature_mismatch(signature, expected) -> SpecMismatchError:
+    """Returns the error for a table signature that matches neither accepted spec.
+
+    `str(error)` is TF-Agents' sentence; the leaf-by-leaf diff (or, for a table without a
+    signature, what to do) is a note and `error.differences`.
+    """
+    error = SpecMismatchError(_TF_AGENTS_SIGNATURE_MESSAGE)
+    if signature is None:
+        error.add_note(
+            "The observer's table has no signature; push_rlds_to_reverb needs one, as "
+            "TF-Agents' does: create the table with signature="
+            'tables.signature_for(items.TwoStep(), episodes), or call rlds_reverb.push.'
+        )
+        return error
+    error.differences = specs.diff_specs(signature, expected)
+    error.add_note(
+        'Specs differ (table signature vs data):\n'
+        + '\n'.join(f'  {line}' for line in error.differences)
+    )
+    return error
+
+
+def _choose_policy_info_fn(
+    signature, rlds_data: tf.data.Dataset, policy_info_fn: PolicyInfoFn, extra_fields
+) -> PolicyInfoFn:
+    """Returns the policy info function to write with: the table signature decides.
+
+    Without `policy_info_fn`, the signature must match the data's spec. With it: a signature
+    holding its policy info gets it; a signature matching the spec without policy info (as
+    TF-Agents checks it) gets items without it, and a `UserWarning` says so, since writing
+    it would make the table unreadable (docs/semantics.md §3).
+    """
+    with specs.use_tf_agents_messages():
+        without = specs.add_outer_dim(
+            specs.create_trajectory_data_spec(rlds_data, extra_fields=extra_fields)
+        )
+    if policy_info_fn is None:
+        if signature is None or specs.diff_specs(signature, without):
+            raise _describe_signature_mismatch(signature, without)
+        return None
+    with_info = specs.add_outer_dim(
+        specs.create_trajectory_data_spec(
+            rlds_data, policy_info_fn=policy_info_fn, extra_fields=extra_fields
+        )
+    )
+    if signature is not None and not specs.diff_specs(signature, with_info):
+        return policy_info_fn
+    if signature is not None and not specs.diff_specs(signature, without):
+        warnings.warn(
+            "push_rlds_to_reverb: the observer's table signature declares no policy_info, so "
+            "policy_info_fn's output is not written (TF-Agents writes it anyway, and the "
+            'table can then not be read by its signature). To keep it, create the table with '
+            'signature=tables.signature_for(items.TwoStep(), episodes, policy_info_fn=fn).',
+            UserWarning,
+            stacklevel=3,
+        )
+        return None
+    raise _describe_signature_mismatch(signature, with_info)
+
+
 def push_rlds_to_reverb(
-    rlds_data: tf.data.Dataset, reverb_observer, policy_info_fn: PolicyInfoFn = None
+    rlds_data: tf.data.Dataset,
+    reverb_observer,
+    policy_info_fn: PolicyInfoFn = None,
+    *,
+    extra_fields: types.ExtraFields | str = types.ExtraFields.DROP,
 ) -> int:
     """Pushes RLDS data to Reverb as TF-Agents trajectories (drop-in for TF-Agents').
 
@@ -298,30 +368,35 @@ def push_rlds_to_reverb(
     the fast `push` path writes to its client and tables; otherwise each trajectory is
     passed to the observer, as TF-Agents does.
 
+    The table signature decides what is written, so the table stays readable: with a
+    `policy_info_fn`, a signature that declares its policy info gets it, and a signature
+    without policy info (TF-Agents' check) gets items without it, with a `UserWarning`
+    (TF-Agents writes it there, and its items no longer match the signature).
+
     Args:
       rlds_data: An RLDS dataset (see `rlds_reverb.core.types`).
       reverb_observer: A Reverb observer (TF-Agents' or `rlds_reverb.observers`').
       policy_info_fn: Optional `fn(current_step, next_step) -> policy_info`.
+      extra_fields: Without `policy_info_fn`: `'drop'` the extra step fields (default, as
+        TF-Agents) or write them as `'policy_info'` (`types.ExtraFields`; the table
+        signature must then declare them).
 
     Returns:
       The number of trajectories (steps) pushed.
 
     Raises:
       ValueError: If no RLDS steps exist in `rlds_data`, or the observer's table signature
-        does not match the data (a `SpecMismatchError` with a leaf-by-leaf diff).
+        does not match the data (a `SpecMismatchError`: `str(e)` is TF-Agents' sentence, the
+        leaf-by-leaf diff is a note and `e.differences`), or `extra_fields` is not valid.
       InvalidArgumentError: If an episode is invalid (`InvalidEpisodeError`).
 
     Example:
       >>> observer = reverb_utils.ReverbAddTrajectoryObserver(client, 'replay', 2)
       >>> steps = rlds_reverb.push_rlds_to_reverb(episodes, observer)
     """
-    expected = specs.add_outer_dim(
-        specs.create_trajectory_data_spec(rlds_data, policy_info_fn=policy_info_fn)
-    )
-    specs.check_specs_match(
-        reverb_observer.get_table_signature(),
-        expected,
-        what='Replay buffer table signature spec should match RLDS data spec',
+    extra_fields = types.as_enum(types.ExtraFields, extra_fields, argument='extra_fields')
+    policy_info_fn = _choose_policy_info_fn(
+        reverb_observer.get_table_signature(), rlds_data, policy_info_fn, extra_fields
     )
     fast = observers.describe_two_step_writes(reverb_observer)
     if fast is not None:
@@ -329,13 +404,17 @@ def push_rlds_to_reverb(
             rlds_data,
             reverb_observer.py_client,
             fast.table_names,
+            item=items_lib.TwoStep(extra_fields=extra_fields),
             priority=fast.priority,
             policy_info_fn=policy_info_fn,
             allow_eviction=True,  # TF-Agents does not check table sizes.
         )
         return stats.steps
     steps = 0
-    for entry in convert.convert_rlds_to_trajectories(rlds_data, policy_info_fn):
+    trajectories = convert.convert_rlds_to_trajectories(
+        rlds_data, policy_info_fn, extra_fields=extra_fields
+    )
+    for entry in trajectories:
         reverb_observer(entry)
         steps += 1
     return steps
