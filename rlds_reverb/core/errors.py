@@ -89,3 +89,7 @@ class EpisodeTooLongError(PushError, ValueError):
 
 class EmptyTableError(ReverbTimeoutError):
     """A Reverb table gave no sample within the timeout: it is empty or its rate limiter blocks."""
+
+
+class ExportError(RldsReverbError, ValueError):
+    """A Reverb table cannot be exported as RLDS episodes; says why and what to do."""

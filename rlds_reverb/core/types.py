@@ -42,6 +42,9 @@ MASK = 'mask'
 IS_BURN_IN = 'is_burn_in'
 DATA_VERSION = 'data_version'
 EPISODE_INDEX = 'episode_index'
+# Added to every step by `push(..., add_ids=True)` (rlds_reverb.transform.carry).
+EPISODE_ID = 'episode_id'
+STEP_INDEX = 'step_index'
 
 # The step fields every RLDS step must hold, in TF-Agents' order.
 REQUIRED_STEP_FIELDS: tuple[str, ...] = (

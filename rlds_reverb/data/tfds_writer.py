@@ -176,25 +176,170 @@ def _make_dataset_info(
     return info
 
 
-def _write_shards(
-    records: list[bytes], template: tfds.core.ShardedFileTemplate, episodes_per_shard: int
-) -> list[int]:
-    """Writes `records` into TFRecord shards; returns the number of records of each."""
-    bounds = list(range(0, len(records), episodes_per_shard)) or [0]
-    for index, start in enumerate(bounds):
-        path = template.sharded_filepath(shard_index=index, num_shards=len(bounds))
-        with tf.io.TFRecordWriter(os.fspath(path)) as writer:
-            for record in records[start : start + episodes_per_shard]:
-                writer.write(record)
-    return [len(records[start : start + episodes_per_shard]) for start in bounds]
-
-
 def remove_incomplete(parent: pathlib.Path) -> None:
     """Removes hidden `.<version>.incomplete-*` directories left by interrupted writes."""
     if parent.is_dir():
         for entry in parent.iterdir():
             if entry.name.startswith('.') and _INCOMPLETE_PREFIX in entry.name:
                 shutil.rmtree(entry, ignore_errors=True)
+
+
+class RldsDatasetWriter:
+    """Streams episodes into a TFDS RLDS dataset directory, one shard file at a time.
+
+    Episodes are serialized and written as they come (memory stays flat in the dataset's
+    size) into a hidden staging directory next to `directory`; `close()` names the shards
+    as TFDS does, writes the dataset info and renames the staging directory into place, so
+    a directory holding `dataset_info.json` is always complete. Used as a context manager,
+    it closes on exit; on an error it either removes what it staged (the default: nothing
+    lands) or, with `keep_on_error=True`, closes the dataset with the episodes added so far
+    (each is whole) and notes that on the error.
+
+    Example:
+      >>> with RldsDatasetWriter(out_dir, features=f, name='toy') as writer:
+      ...     for episode in episodes:
+      ...         writer.add_episode(episode)
+    """
+
+    def __init__(
+        self,
+        directory: os.PathLike | str,
+        *,
+        features: tfds.features.FeaturesDict,
+        name: str,
+        version: str = '1.0.0',
+        description: str = '',
+        metadata: Mapping[str, Any] | None = None,
+        episodes_per_shard: int = 100,
+        keep_on_error: bool = False,
+    ):
+        """Opens the staging directory.
+
+        Args:
+          directory: The dataset directory to create, e.g. `data_dir / name / version`.
+          features: The dataset's features (see `make_rlds_features`).
+          name: The TFDS dataset name (snake case).
+          version: The dataset version, `major.minor.patch`.
+          description: The dataset description, stored in `dataset_info.json`.
+          metadata: JSON-serializable metadata, stored in `metadata.json`.
+          episodes_per_shard: Episodes per TFRecord shard.
+          keep_on_error: On an error inside `with`, keep the episodes added so far.
+
+        Raises:
+          ValueError: If `episodes_per_shard` < 1.
+        """
+        if episodes_per_shard < 1:
+            raise ValueError(f'episodes_per_shard={episodes_per_shard} must be at least 1.')
+        self.target = pathlib.Path(directory).expanduser().absolute()
+        self.target.parent.mkdir(parents=True, exist_ok=True)
+        remove_incomplete(self.target.parent)
+        self._staging = pathlib.Path(
+            tempfile.mkdtemp(
+                prefix=f'.{self.target.name}{_INCOMPLETE_PREFIX}', dir=self.target.parent
+            )
+        )
+        self._features = features
+        self._serialized_info = features.get_serialized_info()
+        self._info_args = dict(
+            name=name, version=version, description=description, metadata=metadata
+        )
+        self._name = name
+        self._per_shard = episodes_per_shard
+        self._keep_on_error = keep_on_error
+        self._shard_lengths: list[int] = []
+        self._num_bytes = 0
+        self._file = None
+        self._closed = False
+
+    @property
+    def episodes_written(self) -> int:
+        """Episodes added so far."""
+        return sum(self._shard_lengths)
+
+    def _shard_path(self, index: int) -> pathlib.Path:
+        return self._staging / f'shard-{index:05d}.tmp'
+
+    def add_episode(self, episode: Mapping[str, Any]) -> None:
+        """Serializes one episode and appends it to the current shard.
+
+        Args:
+          episode: `{'steps': {field: [T, ...] array}, episode_field: value}`.
+
+        Raises:
+          ValueError: If the episode does not match the features (nothing is written).
+          RuntimeError: If the writer is closed.
+        """
+        if self._closed:
+            raise RuntimeError(f'The dataset writer of {self.target} is closed.')
+        record = serialize_episode(episode, self._serialized_info)
+        if not self._shard_lengths or self._shard_lengths[-1] == self._per_shard:
+            if self._file is not None:
+                self._file.close()
+            self._file = tf.io.TFRecordWriter(os.fspath(self._shard_path(len(self._shard_lengths))))
+            self._shard_lengths.append(0)
+        self._file.write(record)
+        self._shard_lengths[-1] += 1
+        self._num_bytes += len(record)
+
+    def close(self) -> pathlib.Path:
+        """Completes the dataset and moves it into place; returns its directory."""
+        if self._closed:
+            return self.target
+        self._closed = True
+        try:
+            if self._file is not None:
+                self._file.close()
+            if not self._shard_lengths:  # TFDS needs a shard, even an empty one.
+                tf.io.TFRecordWriter(os.fspath(self._shard_path(0))).close()
+                self._shard_lengths.append(0)
+            template = tfds.core.ShardedFileTemplate(
+                data_dir=self._staging,
+                dataset_name=self._name,
+                split=SPLIT,
+                filetype_suffix=FILE_FORMAT,
+            )
+            count = len(self._shard_lengths)
+            for index in range(count):
+                final = template.sharded_filepath(shard_index=index, num_shards=count)
+                os.replace(self._shard_path(index), os.fspath(final))
+            info = _make_dataset_info(
+                directory=self._staging, features=self._features, **self._info_args
+            )
+            split = tfds.core.SplitInfo(
+                name=SPLIT,
+                shard_lengths=list(self._shard_lengths),
+                num_bytes=self._num_bytes,
+                filename_template=template,
+            )
+            info.set_splits(tfds.core.SplitDict([split]))
+            info.write_to_directory(self._staging)
+            os.chmod(self._staging, 0o755)
+            if self.target.exists():
+                shutil.rmtree(self.target)
+            os.replace(self._staging, self.target)
+        finally:
+            shutil.rmtree(self._staging, ignore_errors=True)
+        return self.target
+
+    def abort(self) -> None:
+        """Removes everything staged; the target directory is left as it was."""
+        self._closed = True
+        if self._file is not None:
+            self._file.close()
+        shutil.rmtree(self._staging, ignore_errors=True)
+
+    def __enter__(self) -> RldsDatasetWriter:
+        return self
+
+    def __exit__(self, error_type, error, traceback) -> None:
+        if error is None:
+            self.close()
+        elif self._keep_on_error and isinstance(error, Exception):
+            count = self.episodes_written
+            self.close()
+            error.add_note(f'{self.target} holds the {count} whole episode(s) written before.')
+        else:
+            self.abort()
 
 
 def write_rlds_dataset(
@@ -211,8 +356,8 @@ def write_rlds_dataset(
     """Writes episodes of NumPy arrays as a TFDS RLDS dataset into `directory`, atomically.
 
     `directory` is the version directory (TFDS lays datasets out as `name/version/`); an
-    existing dataset there is replaced only once the new one is complete. The serialized
-    episodes are held in memory until written (fine for small datasets such as CartPole's).
+    existing dataset there is replaced only once the new one is complete. Episodes are
+    streamed to disk one at a time (`RldsDatasetWriter`).
 
     Args:
       directory: The dataset directory to create, e.g. `data_dir / name / version`.
@@ -233,41 +378,15 @@ def write_rlds_dataset(
     Example:
       >>> write_rlds_dataset(tmp / 'toy' / '1.0.0', episodes, features=f, name='toy')
     """
-    if episodes_per_shard < 1:
-        raise ValueError(f'episodes_per_shard={episodes_per_shard} must be at least 1.')
-    target = pathlib.Path(directory).expanduser().absolute()
-    target.parent.mkdir(parents=True, exist_ok=True)
-    remove_incomplete(target.parent)
-    staging = pathlib.Path(
-        tempfile.mkdtemp(prefix=f'.{target.name}{_INCOMPLETE_PREFIX}', dir=target.parent)
-    )
-    try:
-        info = _make_dataset_info(
-            name=name,
-            version=version,
-            directory=staging,
-            features=features,
-            description=description,
-            metadata=metadata,
-        )
-        serialized_info = features.get_serialized_info()
-        records = [serialize_episode(episode, serialized_info) for episode in episodes]
-        template = tfds.core.ShardedFileTemplate(
-            data_dir=staging, dataset_name=name, split=SPLIT, filetype_suffix=FILE_FORMAT
-        )
-        shard_lengths = _write_shards(records, template, episodes_per_shard)
-        split = tfds.core.SplitInfo(
-            name=SPLIT,
-            shard_lengths=shard_lengths,
-            num_bytes=sum(len(r) for r in records),
-            filename_template=template,
-        )
-        info.set_splits(tfds.core.SplitDict([split]))
-        info.write_to_directory(staging)
-        os.chmod(staging, 0o755)
-        if target.exists():
-            shutil.rmtree(target)
-        os.replace(staging, target)
-    finally:
-        shutil.rmtree(staging, ignore_errors=True)
-    return target
+    with RldsDatasetWriter(
+        directory,
+        features=features,
+        name=name,
+        version=version,
+        description=description,
+        metadata=metadata,
+        episodes_per_shard=episodes_per_shard,
+    ) as writer:
+        for episode in episodes:
+            writer.add_episode(episode)
+    return writer.target

@@ -9,6 +9,7 @@ spec functions as the converter (`rlds_reverb.core.specs`).
 from __future__ import annotations
 
 import enum
+from collections.abc import Sequence
 
 import reverb
 import tensorflow as tf
@@ -16,6 +17,7 @@ import tensorflow as tf
 from rlds_reverb.core import checks, deprecation, types
 from rlds_reverb.core.errors import TableError
 from rlds_reverb.core.specs import PolicyInfoFn
+from rlds_reverb.transform import carry
 from rlds_reverb.transform import items as items_lib
 
 # 0.1 had the table lookups here; they live in `rlds_reverb.serve.table_info` now.
@@ -226,6 +228,8 @@ def signature_for(
     episodes: tf.data.Dataset,
     *,
     policy_info_fn: PolicyInfoFn = None,
+    episode_fields: Sequence[str] = (),
+    add_ids: bool = False,
 ) -> types.SpecNest:
     """Returns the table signature for `item`s built from `episodes`.
 
@@ -233,6 +237,8 @@ def signature_for(
       item: The item kind (`items.TwoStep()`, ...).
       episodes: An RLDS dataset (see `rlds_reverb.core.types`).
       policy_info_fn: The function given to the push, if any (two-step items only).
+      episode_fields: The push's `episode_fields` (episode fields carried into items).
+      add_ids: The push's `add_ids` (`episode_id` and `step_index` in every item).
 
     Returns:
       A nest of `TensorSpec`s; for two-step items it equals TF-Agents'
@@ -242,6 +248,7 @@ def signature_for(
       >>> tables.uniform('replay', max_size=10**6,
       ...                signature=tables.signature_for(items.TwoStep(), episodes))
     """
+    episodes = carry.carry_episode_fields(episodes, episode_fields, add_ids=add_ids)
     return item.compute_item_spec(episodes, policy_info_fn=policy_info_fn)
 
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import reverb
@@ -31,7 +31,7 @@ from rlds_reverb.core.errors import (
 from rlds_reverb.core.specs import PolicyInfoFn
 from rlds_reverb.data import validation
 from rlds_reverb.serve import table_info
-from rlds_reverb.transform import convert
+from rlds_reverb.transform import carry, convert
 from rlds_reverb.transform import items as items_lib
 from rlds_reverb.transform.plans import EpisodePlan, PriorityFn, make_episode_plans
 from rlds_reverb.write import engines, observers
@@ -206,6 +206,8 @@ def push(
     allow_eviction: bool = False,
     engine: engines.EngineKind | str = engines.EngineKind.AUTO,
     progress: ProgressFn | None = None,
+    episode_fields: Sequence[str] = (),
+    add_ids: bool = False,
 ) -> PushStats:
     """Validates RLDS episodes and writes them into Reverb table(s) as items, fast.
 
@@ -226,12 +228,19 @@ def push(
       engine: Which Reverb writer (`engines.EngineKind`); `'auto'` picks the fastest that
         can create the items. Both write the same items.
       progress: Optional `fn(episodes, steps)` called after each episode is written.
+      episode_fields: Episode-level fields (episode metadata, outside `steps`) to copy into
+        every item of their episode. By default none is: items hold step fields only.
+      add_ids: Also give every item the `episode_id` (int64, the episode's position in
+        `episodes`) and `step_index` (int64) of its steps, which `rlds_reverb.export`
+        needs to rebuild episodes from two-step and sequence tables. Like other extra
+        step fields, carried fields go into `policy_info` of two-step items.
 
     Returns:
       `PushStats`; `items[table]` is exactly the number of items the table gained.
 
     Raises:
-      ValueError: If an option is invalid, or the dataset holds no RLDS steps.
+      ValueError: If an option is invalid, or the dataset holds no RLDS steps, or an
+        `episode_fields` name is not an episode-level field (or is already a step field).
       ReverbConnectionError: If the server does not answer within `timeout_ms`.
       TableError: If a table does not exist (lists those that do).
       SpecMismatchError: If a table signature differs from the items (leaf-by-leaf diff).
@@ -251,6 +260,7 @@ def push(
     if mode is types.ValidationMode.REPORT:
         raise ValueError("on_invalid='report' writes nothing; call rlds_reverb.validate().")
     engine = types.as_enum(engines.EngineKind, engine, argument='engine')
+    episodes = carry.carry_episode_fields(episodes, episode_fields, add_ids=add_ids)
     step_spec = specs.get_step_spec(episodes)
     validation.check_step_spec(step_spec)  # Before the server is contacted.
     table_names = [table] if isinstance(table, str) else list(table)

@@ -24,7 +24,7 @@ import tensorflow as tf
 
 from rlds_reverb.core import deprecation, errors
 from rlds_reverb.serve import checkpoints, table_info
-from rlds_reverb.transform import items
+from rlds_reverb.transform import carry, items
 from rlds_reverb.transform.plans import count_items_per_episode
 from rlds_reverb.write import push as push_lib
 
@@ -124,6 +124,10 @@ def push_resumable(
       PushError: If writing fails; `episodes_written` counts from episode 0 of the dataset.
     """
     item = item or items.TwoStep()
+    # Ids count from episode 0 of the whole dataset, also when the push starts later.
+    episodes = carry.carry_episode_fields(
+        episodes, push_options.pop('episode_fields', ()), add_ids=push_options.pop('add_ids', False)
+    )
     client = table_info.connect(server)
     if start_episode is None:
         counts = count_items_per_episode(episodes, item)

@@ -1,0 +1,422 @@
+"""Export a Reverb table to an RLDS dataset in TFDS format (docs/semantics.md §10).
+
+Items are read exactly once, in insertion order, from a queue copy of the table
+(`rlds_reverb.export.table_copy`), streamed through `tf.data` in batches, rebuilt into
+episodes and written one episode at a time (`data.tfds_writer.RldsDatasetWriter`), so the
+exporting process holds only the episodes still being assembled.
+
+Which tables can be exported, and why:
+
+| items (`rlds_reverb.items`) | exported | because |
+| --- | --- | --- |
+| `Episode(max_length)` | yes | each item is a whole episode: its steps where `mask` is true |
+| `Sequence`, `Episode(overflow='split')`, pushed with `add_ids=True` | yes | every step row says its episode and step; overlapping windows give the same row |
+| `TwoStep()`, pushed with `add_ids=True` | yes | the pairs (t, t + 1) cover steps 0..L; flags come from the step types |
+| `TwoStep`, `Sequence` without ids | no | a window does not say which episode it belongs to |
+| `NStep` | no | an item holds a sum of rewards, not the steps |
+
+Two-step items hold TF-Agents trajectories, which keep everything of a step except the
+last step's `is_terminal` and discount: the trajectory's discount there is 0 on
+termination, and the exporter reads it back that way (TF-Agents' own rule: a LAST step with
+discount 0 is a termination). So a two-step export equals the original exactly when the
+last step's discount is 0 on termination and nonzero on truncation, as TF-Agents drivers,
+dm_env and `rlds_reverb.export.recorder` write it; single-step episodes give no two-step
+item and cannot come back.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import os
+import pathlib
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+import reverb
+import tensorflow as tf
+import tensorflow_datasets as tfds
+import tree
+
+from rlds_reverb.core import types
+from rlds_reverb.core.errors import ExportError
+from rlds_reverb.data import tfds_writer
+from rlds_reverb.export import table_copy
+
+ProgressFn = Callable[[int, int], None]
+
+# TF-Agents' StepType values.
+_FIRST, _LAST = 0, 2
+_ID_FIELDS = (types.EPISODE_ID, types.STEP_INDEX)
+DEFAULT_BATCH_ITEMS = 64
+
+
+class ExportKind(enum.Enum):
+    """How a table's items are rebuilt into episodes (see the module docstring).
+
+    WHOLE_EPISODES: each item is one whole episode (`items.Episode`).
+    STEPS_WITH_IDS: items of RLDS steps with `mask`, each step carrying its ids.
+    TWO_STEP_WITH_IDS: TF-Agents two-step trajectories with the ids in `policy_info`.
+    """
+
+    WHOLE_EPISODES = 'whole-episodes'
+    STEPS_WITH_IDS = 'steps-with-ids'
+    TWO_STEP_WITH_IDS = 'two-step-with-ids'
+
+
+@dataclasses.dataclass
+class ExportStats:
+    """What an export wrote: episodes, steps, items read, skipped episodes, seconds."""
+
+    episodes: int = 0
+    steps: int = 0
+    items: int = 0
+    skipped_episodes: int = 0
+    seconds: float = 0.0
+    kind: ExportKind | None = None
+    directory: pathlib.Path | None = None
+
+    @property
+    def steps_per_second(self) -> float:
+        """Steps written per second of export."""
+        return self.steps / self.seconds if self.seconds > 0 else 0.0
+
+
+def _is_trajectory(signature) -> bool:
+    return all(hasattr(signature, f) for f in ('step_type', 'next_step_type', 'policy_info'))
+
+
+def detect_export_kind(signature) -> ExportKind:
+    """Returns how items of this table signature are rebuilt into episodes.
+
+    Raises:
+      ExportError: For item kinds that cannot be exported; says why and what to push instead.
+    """
+    add_ids = 'push them again with rlds_reverb.push(..., add_ids=True)'
+    if _is_trajectory(signature):
+        info = signature.policy_info
+        if isinstance(info, dict) and all(f in info for f in _ID_FIELDS):
+            return ExportKind.TWO_STEP_WITH_IDS
+        raise ExportError(
+            'The table holds two-step trajectories without episode ids: a pair of steps does '
+            f'not say which episode it belongs to, so episodes cannot be rebuilt; {add_ids}.'
+        )
+    if not isinstance(signature, dict):
+        raise ExportError(
+            f'Cannot export items of signature {signature}: not an item kind of rlds_reverb.'
+        )
+    if types.N_STEP_RETURN in signature:
+        raise ExportError(
+            'The table holds n-step transitions: an item holds a discounted sum of rewards, '
+            'not the steps, so episodes cannot be rebuilt; push the episodes as '
+            'items.Episode(max_length), or as sequences or two-step items with add_ids=True.'
+        )
+    missing = [f for f in (*types.REQUIRED_STEP_FIELDS, types.MASK) if f not in signature]
+    if missing:
+        raise ExportError(
+            f'Cannot export the table: its items lack the field(s) {missing}; export reads '
+            'items.Episode, items.Sequence and items.TwoStep items of rlds_reverb.push.'
+        )
+    if all(f in signature for f in _ID_FIELDS):
+        return ExportKind.STEPS_WITH_IDS
+    return ExportKind.WHOLE_EPISODES
+
+
+def _row_spec(signature, kind: ExportKind) -> dict:
+    """Returns the spec of one rebuilt step row (ids included), without the time axis."""
+    drop_time = lambda s: tf.TensorSpec(s.shape[1:], s.dtype)  # noqa: E731
+    if kind is ExportKind.TWO_STEP_WITH_IDS:
+        spec = {
+            types.OBSERVATION: signature.observation,
+            types.ACTION: signature.action,
+            types.REWARD: signature.reward,
+            types.DISCOUNT: signature.discount,
+            **signature.policy_info,
+        }
+        spec.update({f: tf.TensorSpec([2], tf.bool) for f in types.FLAG_FIELDS})
+    else:
+        spec = {k: v for k, v in signature.items() if k != types.MASK}
+    return tf.nest.map_structure(drop_time, spec)
+
+
+def _make_feature(spec):
+    if isinstance(spec, dict):
+        return tfds.features.FeaturesDict({k: _make_feature(v) for k, v in spec.items()})
+    return tfds.features.Tensor(shape=tuple(spec.shape), dtype=spec.dtype.as_numpy_dtype)
+
+
+def _make_features(row_spec: dict, episode_fields: Sequence[str]) -> tfds.features.FeaturesDict:
+    """Returns the dataset's TFDS features: steps without ids, the lifted episode fields."""
+    for path, spec in tree.flatten_with_path(row_spec):
+        if spec.dtype == tf.string:
+            name = '/'.join(map(str, path))
+            raise ExportError(
+                f'Field {name!r} holds strings, which the exporter cannot write yet; '
+                'push without it (or export it another way).'
+            )
+    skip = {*_ID_FIELDS, *types.FLAG_FIELDS, *episode_fields}
+    steps = {k: _make_feature(v) for k, v in row_spec.items() if k not in skip}
+    episode = {k: _make_feature(row_spec[k]) for k in episode_fields}
+    return tfds_writer.make_rlds_features(steps, episode)
+
+
+def _to_rows(batch, kind: ExportKind) -> tuple[dict, np.ndarray]:
+    """Returns a batch of items as step rows `[N * L, ...]`, and which rows are real steps."""
+    flat = lambda x: x.reshape((-1, *x.shape[2:]))  # noqa: E731
+    if kind is ExportKind.TWO_STEP_WITH_IDS:
+        step_type = batch.step_type
+        discount = flat(tree.flatten(batch.discount)[0])
+        is_last = flat(step_type) == _LAST
+        terminal = is_last & np.all(discount.reshape(len(discount), -1) == 0, axis=1)
+        rows = {
+            types.OBSERVATION: tree.map_structure(flat, batch.observation),
+            types.ACTION: tree.map_structure(flat, batch.action),
+            types.REWARD: tree.map_structure(flat, batch.reward),
+            types.DISCOUNT: tree.map_structure(flat, batch.discount),
+            **tree.map_structure(flat, dict(batch.policy_info)),
+            types.IS_FIRST: flat(step_type) == _FIRST,
+            types.IS_LAST: is_last,
+            types.IS_TERMINAL: terminal,
+        }
+        return rows, np.ones(len(is_last), bool)
+    rows = {k: tree.map_structure(flat, v) for k, v in batch.items() if k != types.MASK}
+    return rows, flat(batch[types.MASK])
+
+
+def _take(rows, index):
+    return tree.map_structure(lambda x: x[index], rows)
+
+
+class _Assembler:
+    """Collects step rows by episode id; hands out each episode once all its steps are in."""
+
+    def __init__(self):
+        self._chunks: dict[int, list] = {}
+        self._seen: dict[int, set] = {}
+        self._last: dict[int, int] = {}
+        self._order: list[int] = []
+        self._done: set[int] = set()
+
+    def add(self, rows: dict) -> list[tuple[int, dict]]:
+        """Adds rows (with ids); returns the episodes they complete, in completion order."""
+        ids = rows[types.EPISODE_ID].astype(np.int64)
+        steps = rows[types.STEP_INDEX].astype(np.int64)
+        completed = []
+        unique, first = np.unique(ids, return_index=True)
+        for episode_id in unique[np.argsort(first)]:
+            episode_id = int(episode_id)
+            select = ids == episode_id
+            if episode_id in self._done:
+                raise ExportError(
+                    f'Episode {episode_id} has items after it was complete: the table holds '
+                    'two pushes with the same episode ids (push once per table, or use '
+                    'separate tables).'
+                )
+            if episode_id not in self._chunks:
+                self._chunks[episode_id], self._seen[episode_id] = [], set()
+                self._order.append(episode_id)
+            chunk = _take(rows, select)
+            self._chunks[episode_id].append(chunk)
+            self._seen[episode_id].update(steps[select].tolist())
+            last = np.flatnonzero(chunk[types.IS_LAST])
+            if last.size:
+                self._last[episode_id] = int(steps[select][last[0]])
+            end = self._last.get(episode_id)
+            if end is not None and len(self._seen[episode_id]) == end + 1:
+                completed.append((episode_id, self._pop(episode_id)))
+        return completed
+
+    def _pop(self, episode_id: int) -> dict:
+        chunks = self._chunks.pop(episode_id)
+        self._seen.pop(episode_id)
+        self._last.pop(episode_id, None)
+        self._order.remove(episode_id)
+        self._done.add(episode_id)
+        rows = tree.map_structure(lambda *xs: np.concatenate(xs), *chunks)
+        _, first = np.unique(rows[types.STEP_INDEX], return_index=True)
+        return _take(rows, first)  # Sorted by step index, each step once.
+
+    def describe_open(self) -> list[str]:
+        """Describes the episodes still missing steps."""
+        out = []
+        for episode_id in self._order:
+            seen = sorted(self._seen[episode_id])
+            end = self._last.get(episode_id)
+            expected = f'steps 0..{end}' if end is not None else 'no last step (is_last)'
+            out.append(
+                f'episode {episode_id}: {len(seen)} step(s) found ({seen[0]}..{seen[-1]}), '
+                f'{expected}'
+            )
+        return out
+
+
+def _check_whole_episode(index: int, rows: dict) -> str | None:
+    """Returns why one item's rows are not a whole episode, or None."""
+    if not len(rows[types.IS_FIRST]):
+        return f'item {index} holds no step'
+    if not rows[types.IS_FIRST][0] or not rows[types.IS_LAST][-1]:
+        return (
+            f'item {index} holds a part of an episode (its first step is_first='
+            f'{bool(rows[types.IS_FIRST][0])}, its last is_last={bool(rows[types.IS_LAST][-1])}): '
+            'sequence windows and Episode chunks need ids; push with add_ids=True'
+        )
+    return None
+
+
+def _to_episode(rows: dict, episode_fields: Sequence[str]) -> dict:
+    """Returns the TFDS episode of rebuilt rows: steps without ids, episode fields lifted."""
+    steps = {k: v for k, v in rows.items() if k not in (*_ID_FIELDS, *episode_fields)}
+    lifted = {k: tree.map_structure(lambda x: x[0], rows[k]) for k in episode_fields}
+    return {types.STEPS: steps, **lifted}
+
+
+def _read_batches(copy: table_copy.TableCopy, batch_items: int, timeout_ms: int):
+    dataset = reverb.TrajectoryDataset.from_table_signature(
+        copy.address,
+        copy.table,
+        max_in_flight_samples_per_worker=2 * batch_items,
+        num_workers_per_iterator=1,  # One stream keeps the queue's order.
+        rate_limiter_timeout_ms=timeout_ms,
+    )
+    data = dataset.take(copy.num_items).map(lambda sample: sample.data)
+    return data.padded_batch(batch_items).prefetch(2).as_numpy_iterator()
+
+
+def export_table(
+    directory: os.PathLike | str,
+    table: str,
+    *,
+    server: str | reverb.Client | None = None,
+    checkpoint: os.PathLike | str | None = None,
+    episode_fields: Sequence[str] = (),
+    on_invalid: types.ValidationMode | str = types.ValidationMode.RAISE,
+    name: str = 'reverb_export',
+    version: str = '1.0.0',
+    episodes_per_shard: int = 100,
+    batch_items: int = DEFAULT_BATCH_ITEMS,
+    timeout_ms: int = 60_000,
+    progress: ProgressFn | None = None,
+) -> ExportStats:
+    """Writes the items of a Reverb table back out as an RLDS dataset in TFDS format.
+
+    Every item is read exactly once, oldest first, from a queue copy of the table (the
+    table itself is left as it is; see `rlds_reverb.export.table_copy`), rebuilt into
+    episodes (module docstring: which item kinds, and why) and streamed to `directory`.
+    `tfds.builder_from_directory(directory)` and `rlds_reverb.load(directory)` read it.
+
+    Args:
+      directory: The dataset (version) directory to write; replaced once complete.
+      table: The table name.
+      server: A live server ('host:port' or a client); its checkpoint directory must be
+        readable here. Exactly one of `server` and `checkpoint`.
+      checkpoint: A Reverb checkpoint directory (the latest checkpoint in it is used).
+      episode_fields: Item fields that are episode metadata (carried with
+        `push(..., episode_fields=...)`): written as episode-level fields, not steps.
+      on_invalid: `'raise'` (the default: an episode the table holds only part of is an
+        error, and nothing is written) or `'skip'` (write the whole ones, count the rest).
+      name: The TFDS dataset name.
+      version: The dataset version.
+      episodes_per_shard: Episodes per TFRecord shard.
+      batch_items: Items read per batch.
+      timeout_ms: The most a read of the copy may wait.
+      progress: Optional `fn(episodes, steps)` called after each episode is written.
+
+    Returns:
+      `ExportStats`.
+
+    Raises:
+      ValueError: If not exactly one of `server` and `checkpoint` is given, or an option
+        is invalid.
+      ExportError: If the table's items cannot be rebuilt into episodes (says why), an
+        `episode_fields` name is not an item field, or (raise mode) the table holds part of
+        an episode; nothing is written then.
+      CheckpointError: If the live server cannot be checkpointed.
+
+    Example:
+      >>> stats = export_table('/data/replay_rlds/1.0.0', 'replay', server='localhost:8000')
+      >>> episodes = rlds_reverb.load('/data/replay_rlds/1.0.0')
+    """
+    started = time.perf_counter()
+    mode = types.parse_on_invalid(on_invalid, function='export_table')
+    if mode is types.ValidationMode.REPORT:
+        raise ValueError("on_invalid='report' is not an export mode; use 'raise' or 'skip'.")
+    if isinstance(episode_fields, str):
+        episode_fields = (episode_fields,)
+    episode_fields = tuple(episode_fields)
+    stats = ExportStats()
+    with table_copy.open_table_copy(table, server=server, checkpoint=checkpoint) as copy:
+        kind = detect_export_kind(copy.signature)
+        stats.kind = kind
+        row_spec = _row_spec(copy.signature, kind)
+        unknown = [f for f in episode_fields if f not in row_spec or f in _ID_FIELDS]
+        if unknown:
+            raise ExportError(
+                f'episode_fields names {unknown}, which the items do not hold; their fields '
+                f'are {sorted(f for f in row_spec if f not in _ID_FIELDS)}.'
+            )
+        features = _make_features(row_spec, episode_fields)
+        metadata = {
+            'exported_from': {
+                'table': table,
+                'checkpoint': str(copy.checkpoint),
+                'items': kind.value,
+            }
+        }
+        assembler = _Assembler()
+        with tfds_writer.RldsDatasetWriter(
+            directory,
+            features=features,
+            name=name,
+            version=version,
+            metadata=metadata,
+            episodes_per_shard=episodes_per_shard,
+        ) as writer:
+
+            def _write(rows: dict) -> None:
+                writer.add_episode(_to_episode(rows, episode_fields))
+                stats.episodes += 1
+                stats.steps += len(rows[types.IS_FIRST])
+                if progress is not None:
+                    progress(1, len(rows[types.IS_FIRST]))
+
+            for batch in _read_batches(copy, batch_items, timeout_ms):
+                rows, valid = _to_rows(batch, kind)
+                count = len(tree.flatten(batch)[0])
+                if kind is ExportKind.WHOLE_EPISODES:
+                    span = len(valid) // count
+                    for i in range(count):
+                        part = slice(i * span, (i + 1) * span)
+                        item_rows = _take(_take(rows, part), valid[part])
+                        problem = _check_whole_episode(stats.items + i, item_rows)
+                        if problem is None:
+                            _write(item_rows)
+                        elif mode is types.ValidationMode.SKIP:
+                            stats.skipped_episodes += 1
+                        else:
+                            raise ExportError(
+                                f'Cannot export table {table!r}: {problem}. Nothing was written.'
+                            )
+                else:
+                    for _, episode_rows in assembler.add(_take(rows, valid)):
+                        _write(episode_rows)
+                stats.items += count
+            if stats.items != copy.num_items:
+                raise ExportError(
+                    f'Read {stats.items} of the {copy.num_items} items of table {table!r} '
+                    'before the copy ran dry; nothing was written.'
+                )
+            incomplete = assembler.describe_open()
+            if incomplete and mode is types.ValidationMode.RAISE:
+                shown = '; '.join(incomplete[:5]) + (' ...' if len(incomplete) > 5 else '')
+                raise ExportError(
+                    f'Table {table!r} holds only part of {len(incomplete)} episode(s) ({shown}). '
+                    'Its items lack those steps: evicted (max_size), removed by sampling '
+                    "(max_times_sampled, a queue) or never written (Sequence(end='drop') "
+                    "tails). Nothing was written; pass on_invalid='skip' to export the whole "
+                    'episodes only.'
+                )
+            stats.skipped_episodes += len(incomplete)
+    stats.directory = writer.target
+    stats.seconds = time.perf_counter() - started
+    return stats

@@ -1,0 +1,99 @@
+"""Carry episode-level fields, an episode id and a step index into every step (so every item).
+
+Reverb items are cut from steps; what an RLDS episode holds outside its steps (episode
+metadata: an agent id, a task, D4RL's `algorithm`...) never reaches them by default. This
+transform copies chosen episode fields into each step of that episode, and can add
+`episode_id` (int64, the episode's position in the dataset) and `step_index` (int64, t).
+Item kinds then carry them like any extra step field: as item fields (n-step, sequence,
+episode items) or in `policy_info` (two-step items). `rlds_reverb.export` uses the ids to
+rebuild episodes from two-step and sequence tables (docs/semantics.md §10).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+import tensorflow as tf
+
+from rlds_reverb.core import episodes as episodes_lib
+from rlds_reverb.core import types
+
+ID_FIELDS: tuple[str, ...] = (types.EPISODE_ID, types.STEP_INDEX)
+
+
+def check_carry_options(
+    step_spec: dict, episode_spec: dict, fields: Sequence[str], *, add_ids: bool
+) -> tuple[str, ...]:
+    """Returns `fields` as a tuple after checking them against the dataset's spec.
+
+    Raises:
+      ValueError: If a field is not an episode-level field of the dataset (the message lists
+        those that are), or its name (or an id field's) is already a step field.
+    """
+    if isinstance(fields, str):
+        fields = (fields,)
+    fields = tuple(fields)
+    available = sorted(k for k in episode_spec if k != types.STEPS)
+    for name in fields:
+        if name not in available:
+            raise ValueError(
+                f'episode_fields names {name!r}, which is not an episode-level field of the '
+                f'dataset; its episode fields are {available or "(none)"}.'
+            )
+    added = (*fields, *(ID_FIELDS if add_ids else ()))
+    for name in added:
+        if name in step_spec:
+            raise ValueError(
+                f'Cannot add field {name!r} to the steps: they already hold a step field of '
+                'that name; rename it in the data, or do not carry it.'
+            )
+    if len(set(added)) != len(added):
+        raise ValueError(f'episode_fields={fields!r} names a field twice.')
+    return fields
+
+
+def carry_episode_fields(
+    episodes: tf.data.Dataset,
+    fields: Sequence[str] = (),
+    *,
+    add_ids: bool = False,
+) -> tf.data.Dataset:
+    """Returns the RLDS dataset with episode fields (and ids) copied into every step.
+
+    Args:
+      episodes: An RLDS dataset (see `rlds_reverb.core.types`).
+      fields: Episode-level fields (outside `steps`) to copy into each step of the episode,
+        under the same name.
+      add_ids: Also add `episode_id` (int64: the episode's position in `episodes`, from 0)
+        and `step_index` (int64: t) to every step.
+
+    Returns:
+      The RLDS dataset; episode-level fields stay where they were too.
+
+    Raises:
+      ValueError: If a field is not an episode-level field, or clashes with a step field.
+
+    Example:
+      >>> carried = carry_episode_fields(episodes, ('agent_id',), add_ids=True)
+      >>> rlds_reverb.push(carried, address, 'replay', item=items.TwoStep())
+    """
+    spec = episodes.element_spec
+    step_spec = spec[types.STEPS].element_spec
+    fields = check_carry_options(step_spec, spec, fields, add_ids=add_ids)
+    if not fields and not add_ids:
+        return episodes
+
+    def _carry(episode_id: tf.Tensor, episode: dict) -> dict:
+        constants = {name: episode[name] for name in fields}
+
+        def _add(step_index: tf.Tensor, step: dict) -> dict:
+            added = dict(constants)
+            if add_ids:
+                added[types.EPISODE_ID] = episode_id
+                added[types.STEP_INDEX] = step_index
+            return {**step, **added}
+
+        steps = episode[types.STEPS].enumerate().map(episodes_lib.without_autograph(_add))
+        return {**episode, types.STEPS: steps}
+
+    return episodes.enumerate().map(episodes_lib.without_autograph(_carry))

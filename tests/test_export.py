@@ -1,0 +1,206 @@
+"""Export: RLDS -> push -> export equals the original, field by field and dtype by dtype.
+
+Real in-process Reverb servers with checkpointers in tmp, real TFDS directories; the
+tables sample uniformly (as a user's would): export does not depend on their sampler and
+leaves them as they were.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import reverb
+import tensorflow as tf
+import tensorflow_datasets as tfds
+import tree
+from reverb.platform import checkpointers_lib
+
+from rlds_reverb.core import episodes as episodes_lib
+from rlds_reverb.core import types
+from rlds_reverb.core.errors import ExportError
+from rlds_reverb.data import cartpole
+from rlds_reverb.data.loading import load
+from rlds_reverb.export import reverb_export
+from rlds_reverb.serve import tables
+from rlds_reverb.transform import items
+from rlds_reverb.write import push as push_lib
+from tests import builders
+
+METADATA = (cartpole.EPISODE_RETURN, cartpole.RANDOM_ACTION_FRACTION)
+
+
+def read_tfds(directory) -> tuple[dict, list[dict]]:
+    """Returns (element spec, episodes as NumPy: steps as `[T, ...]` arrays)."""
+    dataset = tfds.builder_from_directory(str(directory)).as_dataset(split='train')
+
+    def _whole(episode):
+        return {**episode, types.STEPS: episodes_lib.batch_steps(episode[types.STEPS])}
+
+    episodes = [tf.nest.map_structure(lambda x: x.numpy(), e) for e in dataset.map(_whole)]
+    return dataset.element_spec, episodes
+
+
+def assert_same_dataset(original, exported) -> None:
+    spec, expected = read_tfds(original)
+    out_spec, actual = read_tfds(exported)
+    assert out_spec == spec
+    assert len(actual) == len(expected)
+    for index, (want, got) in enumerate(zip(expected, actual, strict=True)):
+        flat_want = tree.flatten_with_path(want)
+        flat_got = dict(tree.flatten_with_path(got))
+        assert sorted(flat_got) == sorted(p for p, _ in flat_want)
+        for path, value in flat_want:
+            assert flat_got[path].dtype == value.dtype, (index, path)
+            np.testing.assert_array_equal(flat_got[path], value, err_msg=f'{index} {path}')
+
+
+def serve(tmp_path, item, episodes, *, name='replay', **carry) -> reverb.Server:
+    signature = tables.signature_for(item, episodes, **carry)
+    table = tables.uniform(name, max_size=100_000, signature=signature)
+    checkpointer = checkpointers_lib.DefaultCheckpointer(str(tmp_path / 'ckpt'))
+    return reverb.Server([table], port=None, checkpointer=checkpointer)
+
+
+@pytest.fixture
+def server_for(tmp_path):
+    servers = []
+
+    def _make(item, episodes, **carry):
+        servers.append(serve(tmp_path, item, episodes, **carry))
+        return f'localhost:{servers[-1].port}'
+
+    yield _make
+    for server in servers:
+        server.stop()
+
+
+def test_episode_items_round_trip_with_metadata(cartpole_dir, tmp_path, server_for):
+    episodes = load(cartpole_dir)
+    item = items.Episode(501)
+    address = server_for(item, episodes, episode_fields=METADATA)
+    pushed = push_lib.push(episodes, address, 'replay', item=item, episode_fields=METADATA)
+    stats = reverb_export.export_table(
+        tmp_path / 'out', 'replay', server=address, episode_fields=METADATA, episodes_per_shard=5
+    )
+    assert stats.kind is reverb_export.ExportKind.WHOLE_EPISODES
+    assert (stats.episodes, stats.steps, stats.items) == (pushed.episodes, pushed.steps, 12)
+    assert_same_dataset(cartpole_dir, tmp_path / 'out')
+    # The user's table is left as it was, and `load` reads the export.
+    assert reverb.Client(address).server_info()['replay'].current_size == 12
+    assert len(list(load(tmp_path / 'out'))) == 12
+
+
+def test_two_step_items_with_ids_round_trip(cartpole_dir, tmp_path, server_for):
+    episodes = load(cartpole_dir)
+    address = server_for(items.TwoStep(), episodes, episode_fields=METADATA, add_ids=True)
+    push_lib.push(episodes, address, 'replay', episode_fields=METADATA, add_ids=True)
+    stats = reverb_export.export_table(
+        tmp_path / 'out', 'replay', server=address, episode_fields=METADATA
+    )
+    assert stats.kind is reverb_export.ExportKind.TWO_STEP_WITH_IDS
+    assert_same_dataset(cartpole_dir, tmp_path / 'out')
+
+
+@pytest.mark.parametrize(
+    'item',
+    [
+        items.Sequence(7, 3, end='pad'),
+        items.Sequence(5, end='truncate'),
+        items.Episode(100, 'split'),
+    ],
+    ids=['overlapping-pad', 'truncate', 'episode-chunks'],
+)
+def test_step_items_with_ids_round_trip_from_a_checkpoint(item, tmp_path, server_for):
+    data = [
+        builders.episode(9, extras={'tag': np.arange(9)}),
+        builders.episode(1, ending=builders.TRUNCATED, extras={'tag': [5]}),
+        builders.episode(230, ending=builders.TRUNCATED, extras={'tag': np.arange(230)}),
+    ]
+    original = builders.write_tfds(
+        tmp_path / 'in',
+        data,
+        name='toy',
+        features=builders.step_features(tag=tfds.features.Scalar(np.int32)),
+    )
+    episodes = load(original)
+    address = server_for(item, episodes, add_ids=True)
+    push_lib.push(episodes, address, 'replay', item=item, add_ids=True)
+    server_dir = reverb.Client(address).checkpoint()
+    stats = reverb_export.export_table(tmp_path / 'out', 'replay', checkpoint=server_dir)
+    assert stats.kind is reverb_export.ExportKind.STEPS_WITH_IDS
+    assert_same_dataset(original, tmp_path / 'out')
+
+
+def test_items_are_read_once_in_insertion_order(tmp_path, server_for):
+    data = [builders.episode(3 + i, start=100.0 * i) for i in range(20)]
+    episodes = builders.rlds(data)
+    address = server_for(items.Episode(30), episodes)
+    push_lib.push(episodes, address, 'replay', item=items.Episode(30))
+    stats = reverb_export.export_table(tmp_path / 'out', 'replay', server=address, batch_items=3)
+    assert stats.items == 20
+    _, exported = read_tfds(tmp_path / 'out')
+    starts = [e[types.STEPS][types.REWARD][0] for e in exported]
+    assert starts == [100.0 * i for i in range(20)]
+
+
+@pytest.mark.parametrize(
+    ('item', 'carry', 'message'),
+    [
+        (items.NStep(3, 0.9), {}, 'n-step transitions'),
+        (items.NStep(1, 0.9), {'add_ids': True}, 'n-step transitions'),
+        (items.TwoStep(), {}, 'without episode ids'),
+        (items.Sequence(2), {}, 'holds a part of an episode'),
+        (items.Episode(2, 'split'), {}, 'holds a part of an episode'),
+    ],
+    ids=['n-step', 'n-step-ids', 'two-step', 'sequence', 'episode-chunks'],
+)
+def test_tables_that_cannot_be_exported_are_refused(item, carry, message, tmp_path, server_for):
+    episodes = builders.rlds([builders.episode(4), builders.episode(3)])
+    address = server_for(item, episodes, **carry)
+    push_lib.push(episodes, address, 'replay', item=item, **carry)
+    with pytest.raises(ExportError, match=message):
+        reverb_export.export_table(tmp_path / 'out', 'replay', server=address)
+    assert not (tmp_path / 'out').exists()
+
+
+def test_partial_episodes_raise_or_are_skipped(tmp_path, server_for):
+    episodes = builders.rlds([builders.episode(6), builders.episode(4)])
+    item = items.Sequence(4, end='drop')  # Drops the tail of the 6-step episode.
+    address = server_for(item, episodes, add_ids=True)
+    push_lib.push(episodes, address, 'replay', item=item, add_ids=True)
+    with pytest.raises(ExportError, match=r'part of 1 episode\(s\) \(episode 0: 4 step'):
+        reverb_export.export_table(tmp_path / 'out', 'replay', server=address)
+    assert not (tmp_path / 'out').exists()
+    stats = reverb_export.export_table(
+        tmp_path / 'out', 'replay', server=address, on_invalid='skip'
+    )
+    assert (stats.episodes, stats.skipped_episodes) == (1, 1)
+    _, exported = read_tfds(tmp_path / 'out')
+    np.testing.assert_array_equal(
+        exported[0][types.STEPS][types.OBSERVATION], builders.episode(4)[types.OBSERVATION]
+    )
+
+
+def test_bad_export_options_are_refused(tmp_path, server_for):
+    episodes = builders.rlds([builders.episode(3)])
+    address = server_for(items.Episode(5), episodes)
+    push_lib.push(episodes, address, 'replay', item=items.Episode(5))
+    with pytest.raises(ValueError, match='exactly one of server'):
+        reverb_export.export_table(tmp_path / 'out', 'replay')
+    with pytest.raises(ExportError, match="names \\['agent'\\]"):
+        reverb_export.export_table(
+            tmp_path / 'out', 'replay', server=address, episode_fields=('agent',)
+        )
+    with pytest.raises(ExportError, match="holds no table 'nope'"):
+        reverb_export.export_table(tmp_path / 'out', 'nope', server=address)
+    with pytest.raises(ExportError, match='no complete Reverb checkpoint'):
+        reverb_export.export_table(tmp_path / 'out', 'replay', checkpoint=tmp_path / 'empty')
+
+
+def test_push_refuses_unknown_or_clashing_carried_fields(cartpole_episodes, server_for):
+    address = server_for(items.TwoStep(), cartpole_episodes)
+    with pytest.raises(ValueError, match="'agent', which is not an episode-level field"):
+        push_lib.push(cartpole_episodes, address, 'replay', episode_fields=('agent',))
+    with_ids = builders.rlds([builders.episode(3, extras={types.STEP_INDEX: [0, 1, 2]})])
+    with pytest.raises(ValueError, match="'step_index' to the steps: they already hold"):
+        push_lib.push(with_ids, address, 'replay', add_ids=True)
