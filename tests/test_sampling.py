@@ -286,7 +286,7 @@ def test_fifo_table_keeps_order_with_one_worker(client):
     _insert(client, 'queue', 20, source=3)
     # A timeout lets the blocked prefetch end once the queue is drained.
     learner = _learner(client, 'queue', batch_size=5, rate_limiter_timeout_ms=500)
-    assert learner.num_workers == {'queue': 1}
+    assert learner.num_workers == [1]  # One per (server, table) stream.
     sources = np.concatenate([b.experience['source'].numpy() for b in learner.as_dataset().take(4)])
     np.testing.assert_array_equal(sources, 3000 + np.arange(20))
 
