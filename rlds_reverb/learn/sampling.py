@@ -55,9 +55,16 @@ from rlds_reverb.serve import table_info
 ExperienceFn = Callable[[types.Nest], types.Nest]
 
 DEFAULT_SERVER_INFO_TIMEOUT_S = 30
-# Sampling workers per table iterator. Reverb's automatic choice (-1) measured 33,600
-# samples/s on 2 cores; 4 workers 60,000, 8 workers 65,000 (benchmarks/sample.py).
-DEFAULT_WORKERS_PER_ITERATOR = 8
+# Each (server, table) stream is read by this many Reverb iterators in parallel, each batching
+# its part of the stream's count in its own thread, so that no single thread (the one
+# turning samples into tensors and copying them into the batch) bounds the stream. On a
+# shared 2-core machine two iterators gained 10% to 30% over one, and used more of the CPU
+# when other processes competed for it (benchmarks/sample.py).
+DEFAULT_ITERATORS_PER_STREAM = 2
+# Sampling workers per Reverb iterator (8 per stream with the default two iterators).
+# Reverb's automatic choice (-1) measured 33,600 samples/s on 2 cores; 8 workers in one
+# iterator 65,000 (benchmarks/sample.py).
+DEFAULT_WORKERS_PER_ITERATOR = 4
 # Samples each worker requests at once, in per-table batches (Reverb's rule of thumb is 2 to
 # 3), and at least the minimum: fewer round trips, at the price of sampling from a slightly
 # older snapshot of the priorities. Two batches measured 5% faster than one here.
@@ -387,10 +394,13 @@ class LearnerDataset:
       server_ratios: With several servers, the share of each table's items per batch taken
         from each server (one ratio per server, normalized); None: in proportion to the
         table's size on each server when the learner is built.
-      num_workers_per_iterator: Reverb sampling workers per (server, table) stream (None:
+      iterators_per_stream: Reverb iterators reading each (server, table) stream in
+        parallel, each giving a fixed part of the stream's count per batch (None:
+        `DEFAULT_ITERATORS_PER_STREAM`; FIFO tables always use 1).
+      num_workers_per_iterator: Reverb sampling workers per iterator (None:
         `DEFAULT_WORKERS_PER_ITERATOR`; FIFO tables always use 1).
       max_in_flight_samples_per_worker: Samples requested per round trip (None:
-        `IN_FLIGHT_BATCHES_PER_WORKER` times the largest per-stream count, at least
+        `IN_FLIGHT_BATCHES_PER_WORKER` times the largest per-iterator count, at least
         `MIN_IN_FLIGHT_SAMPLES_PER_WORKER`).
       prefetch_batches: Batches prepared ahead (`tf.data.AUTOTUNE` by default).
       rate_limiter_timeout_ms: How long a table may block sampling before the iterator
@@ -403,7 +413,7 @@ class LearnerDataset:
         per server, β is a number outside [0, 1], or another option is invalid.
       ReverbConnectionError: If a server does not answer; names it.
       TableError: If a table does not exist on a server (the message lists those that do),
-        or more than one worker is asked for on a FIFO table.
+        or more than one worker or iterator is asked for on a FIFO table.
       SpecMismatchError: If a table's signature differs from the expected items; the
         message shows the difference leaf by leaf.
 
@@ -425,6 +435,7 @@ class LearnerDataset:
         experience_fn: ExperienceFn | None = None,
         staleness: StalenessFilter | None = None,
         server_ratios: Sequence[float] | None = None,
+        iterators_per_stream: int | None = None,
         num_workers_per_iterator: int | None = None,
         max_in_flight_samples_per_worker: int | None = None,
         prefetch_batches: int = tf.data.AUTOTUNE,
@@ -470,9 +481,23 @@ class LearnerDataset:
             )
             for s in self.sources
         ]
+        if iterators_per_stream is not None:
+            checks.check_int_at_least(iterators_per_stream, 1, argument='iterators_per_stream')
+        # Per source: the count each of its iterators gives per batch (FIFO: one iterator).
+        self.iterator_counts = [
+            [
+                count
+                for count in _split_largest_remainder(
+                    [1.0] * self._choose_num_iterators(source, iterators_per_stream),
+                    source.count,
+                )
+                if count
+            ]
+            for source in self.sources
+        ]
         self.max_in_flight = max_in_flight_samples_per_worker or max(
             MIN_IN_FLIGHT_SAMPLES_PER_WORKER,
-            IN_FLIGHT_BATCHES_PER_WORKER * max(s.count for s in self.sources),
+            IN_FLIGHT_BATCHES_PER_WORKER * max(max(c) for c in self.iterator_counts),
         )
         if staleness is not None:
             staleness.find_version_path(self.item_spec)
@@ -493,6 +518,27 @@ class LearnerDataset:
             )
         return sources, unsampled
 
+    def _choose_num_iterators(self, source: Source, requested: int | None) -> int:
+        """Returns the iterators of a stream: 1 for a FIFO sampler (keeps order) or a table
+        with `max_times_sampled` (no sample held back in another iterator's buffer).
+
+        Raises:
+          TableError: If more than one iterator is requested for a FIFO table.
+        """
+        info = self.server_table_info[source.server_index][self.tables[source.table_index]]
+        if info.max_times_sampled > 0 and not info.sampler_options.fifo:
+            # Items sampled a limited number of times: a second iterator could hold the
+            # last ones in its buffer while the first waits for them (an early timeout).
+            return 1
+        if not info.sampler_options.fifo:
+            return DEFAULT_ITERATORS_PER_STREAM if requested is None else requested
+        if requested not in (None, 1):
+            raise TableError(
+                f'Table {info.name!r} has a FIFO sampler: it must be read by 1 iterator to '
+                f'keep the order, not iterators_per_stream={requested}.'
+            )
+        return 1
+
     def _describe_source(self, source: Source) -> str:
         table = self.tables[source.table_index]
         if len(self.server_addresses) == 1:
@@ -507,6 +553,18 @@ class LearnerDataset:
         Example:
           >>> batches = learner.make_source_dataset(0)
         """
+        parts = tuple(
+            self._make_iterator_dataset(index, count) for count in self.iterator_counts[index]
+        )
+        if len(parts) == 1:
+            return parts[0]
+        # Each part batches in its own thread (prefetch), in parallel with the others.
+        return tf.data.Dataset.zip(tuple(part.prefetch(1) for part in parts)).map(
+            lambda *samples: _concat_samples(samples)
+        )
+
+    def _make_iterator_dataset(self, index: int, count: int) -> tf.data.Dataset:
+        """Returns batches of `count` samples of source `index` from one Reverb iterator."""
         source = self.sources[index]
         table = self.tables[source.table_index]
         samples = reverb.TrajectoryDataset(
@@ -530,7 +588,7 @@ class LearnerDataset:
             )
         # A sequential batch keeps a FIFO table's order, and measured 3% faster here than a
         # parallel one for the other tables too (the workers already sample in parallel).
-        return samples.batch(source.count, drop_remainder=True)
+        return samples.batch(count, drop_remainder=True)
 
     def compute_logical_probabilities(self, info: reverb.replay_sample.SampleInfo) -> tuple:
         """Returns each sample's probability and table size in its logical table.
