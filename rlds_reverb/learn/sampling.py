@@ -1,8 +1,9 @@
 """Learner datasets: batches sampled from Reverb tables, ready for a TF-Agents `train`.
 
-`LearnerDataset` builds one `tf.data` pipeline per table on `reverb.TrajectoryDataset`
-(parallel workers, several batches in flight, prefetch) and zips them into batches of
-`SampleBatch(experience, info, table_index, weights)`:
+`LearnerDataset` builds one `tf.data` pipeline per (server, table) stream on
+`reverb.TrajectoryDataset` (parallel iterators and workers, several batches in flight,
+prefetch) and zips them into batches of
+`SampleBatch(experience, info, table_index, weights, server_index)`:
 
 * **Mixing.** `tables` is one name or a `{table: ratio}` mix. Every batch takes exactly
   `counts[table]` items from each table, where the counts are the ratios scaled to
@@ -10,16 +11,21 @@
   floor(ratio / Σ ratios × batch_size) items and the items left over go, one each, to the
   tables with the largest fractional parts (ties: the table listed first), so the counts
   sum to `batch_size`. A table whose count is 0 is not sampled.
+* **Several servers.** `server_address` may list servers that each hold the tables: each
+  table is one logical table over them. Its count per batch is split between the servers
+  by largest remainder, in proportion to `server_ratios` or to the servers' sizes when
+  the learner is built, fixed for every batch (`compute_server_counts`).
 * **Importance weights.** w_i = (N_k · P_k(i))^(−β) / max_j w_j, with P_k(i) the probability
-  of sample i in its table k and N_k that table's size at sampling time, normalized by the
-  batch maximum (Tianshou's convention, see `rlds_reverb.learn.priorities`). β is read (from a
+  of sample i in its (logical) table k and N_k that table's size at sampling time (summed
+  over the servers; with several servers P_k(i) = share_s · P_s(i), see
+  `LearnerDataset.compute_logical_probabilities`), normalized by the batch maximum (Tianshou's convention, see `rlds_reverb.learn.priorities`). β is read (from a
   float, a `tf.Variable` or a schedule) when the batch is built, so with prefetching it
   may lag the train step by a few steps.
 * **Staleness.** With `staleness=StalenessFilter(version, max_staleness=k)`, items carry a
   `types.DATA_VERSION` field; a sample whose version is below `version - k` is dropped
   before batching (so the per-table counts stay exact) and counted in `filter.dropped`.
 * **Priorities.** `update_priorities(keys, td_errors, ...)` sends (|δ| + ε)^exponent to the
-  table each key came from, inside a `tf.function` train step, refusing NaN, infinite and
+  table and the server each key came from, inside a `tf.function` train step, refusing NaN, infinite and
   negative priorities first.
 * **Order.** A table with a FIFO sampler (a queue) is read by one worker per iterator, which
   keeps the insertion order. Give queues a `rate_limiter_timeout_ms`: Reverb cannot cancel
