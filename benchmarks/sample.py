@@ -5,16 +5,23 @@ the HalfCheetah-like spec (observation float32[17], action float32[6]), seeded
 with `writers.push(item=items.TwoStep())` from synthetic RLDS episodes, in this process:
 
 * TF-Agents: `ReverbReplayBuffer.as_dataset(sample_batch_size=256, num_steps=2)` (the anchor);
-* ours: `sampling.LearnerDataset(batch_size=256, sequence_length=2, beta=0.4)`, which also
-  returns the sample info and the importance weights; with its defaults (8 workers per
-  iterator, 512 samples in flight per worker) and a few other settings.
+* ours: `sampling.LearnerDataset(batch_size=256, sequence_length=2, beta=0.4)` with its
+  defaults, which also returns the sample info and the importance weights.
 
-Run: `.venv/bin/python benchmarks/sample.py [--batches N]`.
+The two are alternated over `--rounds` rounds (the order flips every round, so that a
+change in the machine's load hits both alike); each round prints both rates, the ratio,
+and the CPU time per sample of each (process CPU time over the timed interval: on a shared
+machine the rates follow the CPU each pipeline gets, the CPU time per sample much less).
+Then one logical table over 1 and 2 in-process servers (the same 20,000 items split
+10,000 + 10,000), alternated the same way: samples/s and the scaling.
+
+Run: `.venv/bin/python -m benchmarks.sample [--rounds 5] [--batches 400] [--anchor-batches 100]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import pathlib
 import sys
 import time
@@ -43,11 +50,6 @@ BATCH_SIZE = 256
 _EPISODE_LENGTH = 1001  # 1,000 two-step items per episode.
 
 
-def print_row(name: str, rate: float, samples: int, seconds: float) -> None:
-    """Prints one benchmark row."""
-    print(f'{name:<44} {rate:>10,.0f} samples/s   ({samples:,} in {seconds:.2f} s)', flush=True)
-
-
 def seed_table() -> tuple[reverb.Server, tf.TensorSpec]:
     """Returns a server whose prioritized table holds 20,000 two-step items, and its spec."""
     episodes = make_synthetic_episodes(
@@ -72,19 +74,19 @@ def seed_table() -> tuple[reverb.Server, tf.TensorSpec]:
     return server, data_spec
 
 
-def measure(
-    dataset: tf.data.Dataset, *, batches: int, warmup: int = 20
-) -> tuple[float, int, float]:
-    """Returns (samples/s, samples, seconds) over `batches` batches after a warm-up."""
+def measure(dataset: tf.data.Dataset, *, batches: int, warmup: int = 20) -> tuple[float, float]:
+    """Returns (samples/s, CPU µs per sample) over `batches` batches after a warm-up."""
     iterator = iter(dataset)
     for _ in range(warmup):
         next(iterator)
-    started = time.perf_counter()
+    cpu_started, started = os.times(), time.perf_counter()
     for _ in range(batches):
         next(iterator)
     seconds = time.perf_counter() - started
+    cpu_ended = os.times()
+    cpu = (cpu_ended.user - cpu_started.user) + (cpu_ended.system - cpu_started.system)
     samples = batches * BATCH_SIZE
-    return samples / seconds, samples, seconds
+    return samples / seconds, 1e6 * cpu / samples
 
 
 def make_tf_agents_dataset(server: reverb.Server, data_spec) -> tf.data.Dataset:
@@ -94,9 +96,9 @@ def make_tf_agents_dataset(server: reverb.Server, data_spec) -> tf.data.Dataset:
     return buffer.as_dataset(sample_batch_size=BATCH_SIZE, num_steps=2)
 
 
-def make_our_dataset(server: reverb.Server, data_spec, **options) -> tf.data.Dataset:
+def make_our_dataset(addresses, data_spec, **options) -> tf.data.Dataset:
     learner = sampling.LearnerDataset(
-        f'localhost:{server.port}',
+        addresses,
         TABLE,
         data_spec=data_spec,
         batch_size=BATCH_SIZE,
@@ -107,28 +109,88 @@ def make_our_dataset(server: reverb.Server, data_spec, **options) -> tf.data.Dat
     return learner.as_dataset()
 
 
+def seed_split_servers(count: int) -> list[reverb.Server]:
+    """Returns `count` servers holding the 20,000 items split evenly (same episodes)."""
+    episodes = make_synthetic_episodes(
+        num_episodes=NUM_ITEMS // (_EPISODE_LENGTH - 1), episode_length=_EPISODE_LENGTH
+    )
+    signature = tables.signature_for(items.TwoStep(), episodes)
+    servers = []
+    for shard in range(count):
+        table = tables.prioritized(
+            TABLE, priority_exponent=0.6, max_size=NUM_ITEMS // count, signature=signature
+        )
+        server = reverb.Server([table])
+        writers.push(
+            episodes.shard(count, shard),
+            f'localhost:{server.port}',
+            TABLE,
+            item=items.TwoStep(),
+            priority=lambda batch: tf.abs(batch.reward[:, 0]) + 0.1,
+        )
+        servers.append(server)
+    return servers
+
+
+def summarize(name: str, values: list[float]) -> str:
+    """`name best / worst / median` of per-round values."""
+    ordered = sorted(values)
+    return (
+        f'{name}: best {ordered[-1]:.2f}x, worst {ordered[0]:.2f}x, '
+        f'median {ordered[len(ordered) // 2]:.2f}x'
+    )
+
+
 def main(argv=None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument('--batches', type=int, default=400, help='batches timed per pipeline')
+    parser.add_argument('--rounds', type=int, default=5, help='alternated rounds')
+    parser.add_argument('--batches', type=int, default=400, help='batches timed per round, ours')
+    parser.add_argument(
+        '--anchor-batches', type=int, default=100, help='batches timed per round, TF-Agents'
+    )
     args = parser.parse_args(argv)
     server, data_spec = seed_table()
+    address = f'localhost:{server.port}'
     print(f'table: prioritized, {NUM_ITEMS:,} two-step items, obs float32[17], act float32[6]')
-    anchor, samples, seconds = measure(
-        make_tf_agents_dataset(server, data_spec), batches=args.batches
-    )
-    print_row('TF-Agents ReverbReplayBuffer.as_dataset', anchor, samples, seconds)
-    grid = [
-        ('ours, defaults', {}),
-        ('ours, 4 workers', dict(num_workers_per_iterator=4)),
-        ('ours, 8 workers, 256 in flight', dict(max_in_flight_samples_per_worker=256)),
-        ('ours, 2 workers', dict(num_workers_per_iterator=2)),
-    ]
-    for name, options in grid:
-        rate, samples, seconds = measure(
-            make_our_dataset(server, data_spec, **options), batches=args.batches
+    anchor = make_tf_agents_dataset(server, data_spec)
+    ours = make_our_dataset(address, data_spec)
+    ratios, cpu_ratios = [], []
+    for round_ in range(1, args.rounds + 1):
+        order = [('anchor', anchor, args.anchor_batches), ('ours', ours, args.batches)]
+        results = {}
+        for name, dataset, batches in order if round_ % 2 else order[::-1]:
+            results[name] = measure(dataset, batches=batches)
+        (a_rate, a_cpu), (o_rate, o_cpu) = results['anchor'], results['ours']
+        ratios.append(o_rate / a_rate)
+        cpu_ratios.append(a_cpu / o_cpu)
+        print(
+            f'round {round_}: TF-Agents {a_rate:>8,.0f} samples/s ({a_cpu:5.1f} µs CPU/sample)'
+            f'   ours {o_rate:>8,.0f} ({o_cpu:5.1f} µs)   {ratios[-1]:.2f}x'
+            f' (CPU time {cpu_ratios[-1]:.2f}x)',
+            flush=True,
         )
-        print_row(f'{name} ({rate / anchor:.1f}x)', rate, samples, seconds)
-    server.stop()
+    print(summarize('samples/s ratio', ratios))
+    print(summarize('CPU time per sample ratio', cpu_ratios))
+
+    split = seed_split_servers(2)
+    split_addresses = [f'localhost:{s.port}' for s in split]
+    one = make_our_dataset(address, data_spec)
+    two = make_our_dataset(split_addresses, data_spec)
+    scaling = []
+    for round_ in range(1, args.rounds + 1):
+        order = [('1 server', one), ('2 servers', two)]
+        results = {}
+        for name, dataset in order if round_ % 2 else order[::-1]:
+            results[name] = measure(dataset, batches=args.batches)
+        scaling.append(results['2 servers'][0] / results['1 server'][0])
+        print(
+            f'round {round_}: 1 server {results["1 server"][0]:>8,.0f} samples/s   '
+            f'2 servers {results["2 servers"][0]:>8,.0f}   {scaling[-1]:.2f}x',
+            flush=True,
+        )
+    print(summarize('2 servers / 1 server', scaling))
+    for running in [server, *split]:
+        running.stop()
     return 0
 
 

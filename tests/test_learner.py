@@ -176,3 +176,44 @@ def test_demo_refuses_an_invalid_dataset(tmp_path, monkeypatch):
     monkeypatch.setattr(cartpole, 'ensure_default_dataset', lambda data_dir=None: path)
     with pytest.raises(InvalidEpisodeError, match='Episode 1 is invalid'):
         demo.run_demo(quick=True, output_dir=tmp_path / 'out', verbose=False)
+
+
+@pytest.mark.slow
+def test_agent_trains_from_two_servers_and_sends_priorities_to_each(episodes):
+    """One logical table over two real servers: batches from both, priorities back to each."""
+    config = learner.LearnerConfig(
+        num_iterations=150, batch_size=64, eval_interval=0, learning_rate=1e-3
+    )
+    servers, addresses, signature, counts = demo.seed_tables(
+        episodes, config, num_steps=10_000, num_servers=2
+    )
+    try:
+        agent = learner.build_agent(
+            config, observation_spec=signature[types.OBSERVATION], action_spec=ACTION_SPEC
+        )
+        dataset = demo.make_learner_dataset(addresses, signature, agent, config)
+        shares = [s.count for s in dataset.sources]
+        assert sum(shares) == 64 and min(shares) > 0  # In proportion to the sizes.
+        history = learner.train(agent, dataset, config, progress=False)
+        changed = []
+        for address, count in zip(addresses, counts, strict=True):
+            client = reverb.Client(address)
+            sampled = client.sample(demo.TABLE, num_samples=4 * count, emit_timesteps=False)
+            changed.append(sum(float(s.info.priority) != 1.0 for s in sampled))
+    finally:
+        for server in servers:
+            server.stop()
+    losses = np.asarray(history.losses)
+    assert np.all(np.isfinite(losses)) and losses[-30:].mean() < losses[:30].mean()
+    assert all(n > 0 for n in changed), changed  # Each server got its keys' priorities.
+
+
+def test_demo_servers_option_is_read_and_checked():
+    parser = argparse.ArgumentParser()
+    demo_command.add_demo_parser(parser.add_subparsers(dest='command'))
+    assert parser.parse_args(['demo', '--servers', '2']).servers == 2
+    assert parser.parse_args(['demo']).servers == 1
+    with pytest.raises(ValueError, match='num_servers=0 must be an integer >= 1'):
+        demo.run_demo(quick=True, num_servers=0, verbose=False)
+    with pytest.raises(ValueError, match='num_servers=0 must be an integer >= 1'):
+        demo.seed_tables(None, learner.LearnerConfig(), num_steps=1, num_servers=0)

@@ -286,7 +286,7 @@ def test_fifo_table_keeps_order_with_one_worker(client):
     _insert(client, 'queue', 20, source=3)
     # A timeout lets the blocked prefetch end once the queue is drained.
     learner = _learner(client, 'queue', batch_size=5, rate_limiter_timeout_ms=500)
-    assert learner.num_workers == {'queue': 1}
+    assert learner.num_workers == [1]  # One per (server, table) stream.
     sources = np.concatenate([b.experience['source'].numpy() for b in learner.as_dataset().take(4)])
     np.testing.assert_array_equal(sources, 3000 + np.arange(20))
 
@@ -361,3 +361,18 @@ def test_staleness_filter_refuses_bad_arguments():
     float_version = {types.DATA_VERSION: tf.TensorSpec([], tf.float32)}
     with pytest.raises(ValueError, match="'data_version' field must be an integer"):
         staleness.find_version_path(float_version)
+
+
+def test_fifo_table_refuses_several_iterators(client):
+    with pytest.raises(TableError, match="'queue' has a FIFO sampler: it must be read by 1 iter"):
+        _learner(client, 'queue', iterators_per_stream=2)
+
+
+def test_iterators_split_each_stream_count_exactly(client):
+    _insert(client, 'mix_a', 10, source=1)
+    learner = _learner(client, 'mix_a', batch_size=7, iterators_per_stream=3)
+    assert learner.iterator_counts == [[3, 2, 2]]
+    batch = next(iter(learner.as_dataset()))
+    assert batch.experience['source'].shape == (7,)
+    with pytest.raises(ValueError, match='iterators_per_stream'):
+        _learner(client, 'mix_a', iterators_per_stream=0)

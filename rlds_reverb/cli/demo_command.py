@@ -12,7 +12,11 @@ def _run_demo(args: argparse.Namespace) -> int:
 
     output_dir = args.output_dir or demo.DEFAULT_OUTPUT_DIR
     summary = demo.run_demo(
-        quick=args.quick, data_dir=args.data_dir, output_dir=output_dir, seed=args.seed
+        quick=args.quick,
+        data_dir=args.data_dir,
+        output_dir=output_dir,
+        seed=args.seed,
+        num_servers=args.servers,
     )
     print(f'done in {summary["total_seconds"]:.0f} s; summary: {output_dir}/{demo.SUMMARY_NAME}')
     return common.EXIT_OK
@@ -33,5 +37,12 @@ def add_demo_parser(subparsers) -> argparse.ArgumentParser:
         '--output-dir', default=None, help='where the plot and summary go (./rlds_reverb_demo)'
     )
     parser.add_argument('--seed', type=int, default=0, help='network and evaluation seed')
+    parser.add_argument(
+        '--servers',
+        type=int,
+        default=1,
+        help='local Reverb servers to start; the episodes are split between them and the '
+        'learner samples all of them as one table (default 1)',
+    )
     parser.set_defaults(handler=_run_demo)
     return parser

@@ -213,6 +213,7 @@ def make_train_step(
             batch.info.key,
             td_errors,
             table_index=batch.table_index,
+            server_index=batch.server_index,
             epsilon=config.priority_epsilon,
         )
         priorities = tf.abs(tf.cast(td_errors, tf.float64)) + config.priority_epsilon

@@ -5,10 +5,12 @@
 2. Validates every episode.
 3. Seeds a prioritized Reverb table (priority exponent 0.6) with 1-step transitions
    (`items.NStep(1, 0.99)`: the flags decide termination, so a terminal episode does not
-   bootstrap from its last observation), every item at priority 1.
+   bootstrap from its last observation), every item at priority 1. With `num_servers=N`
+   it starts N local servers, each seeded with every N-th episode: one logical table.
 4. Trains `learner.CqlDqnAgent` (TF-Agents double DQN plus the CQL penalty) offline, only
-   from Reverb: prioritized batches, importance weights with β annealed 0.4 -> 1, and
-   priorities |δ| + ε sent back after every step.
+   from Reverb: prioritized batches (from every server, in proportion to their sizes),
+   importance weights with β annealed 0.4 -> 1, and priorities |δ| + ε sent back after
+   every step (each to the server its sample came from).
 5. Evaluates the final greedy policy in CartPole-v1 for 10 episodes.
 6. Prints its average return next to the behaviour policy's average return in the dataset.
 7. Saves a PNG of the loss, the evaluation return and the priority distribution.
@@ -115,10 +117,64 @@ def seed_table(episodes: tf.data.Dataset, config: learner.LearnerConfig, *, num_
     return result.server, client, tables.signature_for(item, episodes), result.items
 
 
+def seed_tables(
+    episodes: tf.data.Dataset, config: learner.LearnerConfig, *, num_steps: int, num_servers: int
+) -> tuple[list[reverb.Server], list[str], types.SpecNest, list[int]]:
+    """Starts `num_servers` local servers; server k holds the items of episodes k, k + N, ...
+
+    Returns:
+      `(servers, addresses, signature, items per server)`.
+
+    Raises:
+      ValueError: If `num_servers` < 1.
+
+    Example:
+      >>> servers, addresses, signature, counts = seed_tables(episodes, config,
+      ...                                                     num_steps=n, num_servers=2)
+    """
+    if isinstance(num_servers, bool) or not isinstance(num_servers, int) or num_servers < 1:
+        raise ValueError(f'num_servers={num_servers!r} must be an integer >= 1 (--servers).')
+    item = items.NStep(config.n_step, config.gamma)
+    results = []
+    try:
+        for shard in range(num_servers):
+            part = episodes if num_servers == 1 else episodes.shard(num_servers, shard)
+            results.append(
+                seed.seed_server(
+                    part,
+                    table=TABLE,
+                    preset=tables.TablePreset.PRIORITIZED,
+                    item=item,
+                    max_size=num_steps,
+                    priority_exponent=config.priority_exponent,
+                    priority=1.0,
+                )
+            )
+    except Exception:
+        for result in results:
+            result.server.stop()
+        raise
+    return (
+        [r.server for r in results],
+        [r.address for r in results],
+        tables.signature_for(item, episodes),
+        [r.items for r in results],
+    )
+
+
 def make_learner_dataset(
-    client: reverb.Client, signature: types.SpecNest, agent, config: learner.LearnerConfig
+    server: reverb.Client | str | list[str],
+    signature: types.SpecNest,
+    agent,
+    config: learner.LearnerConfig,
 ) -> sampling.LearnerDataset:
     """Returns the prioritized learner dataset, β annealed over the whole run.
+
+    Args:
+      server: A client, an address, or the addresses of several servers holding the table.
+      signature: The item signature.
+      agent: The agent (its train step counter drives β).
+      config: The recipe.
 
     Example:
       >>> learner_dataset = make_learner_dataset(client, signature, agent, config)
@@ -129,8 +185,9 @@ def make_learner_dataset(
         end=config.beta_end,
         num_steps=config.num_iterations,
     )
+    address = server.server_address if isinstance(server, reverb.Client) else server
     return sampling.LearnerDataset(
-        client.server_address,
+        address,
         TABLE,
         data_spec=signature,
         sequence_length=None,
@@ -153,6 +210,7 @@ def run_demo(
     seed: int = 0,
     verbose: bool = True,
     config: learner.LearnerConfig | None = None,
+    num_servers: int = 1,
 ) -> dict[str, Any]:
     """Runs the demo (see the module docstring) and returns its figures.
 
@@ -164,18 +222,24 @@ def run_demo(
       seed: Seeds the network initialization and the evaluation episodes.
       verbose: Print progress (steps and a progress bar) and the result.
       config: Overrides the recipe (`make_config(quick=..., seed=...)` if None).
+      num_servers: Local Reverb servers to start; the episodes are split between them and
+        the learner samples all of them as one table.
 
     Returns:
       A JSON-able dict: `eval_return` (final greedy policy, 10 episodes),
       `behaviour_return`, `num_items`, `num_iterations`, `train_seconds`, `total_seconds`,
-      `eval_returns` during training, `plot` and `dataset` paths, and the recipe.
+      `eval_returns` during training, `plot` and `dataset` paths, the recipe, and
+      `items_per_server`.
 
     Raises:
       InvalidEpisodeError: If the dataset holds an invalid episode.
+      ValueError: If `num_servers` < 1.
 
     Example:
       >>> run_demo(quick=True)['eval_return']
     """
+    if isinstance(num_servers, bool) or not isinstance(num_servers, int) or num_servers < 1:
+        raise ValueError(f'num_servers={num_servers!r} must be an integer >= 1 (--servers).')
     started = time.perf_counter()
     config = config or make_config(quick=quick, seed=seed)
     path = cartpole.ensure_default_dataset(data_dir=data_dir)
@@ -184,9 +248,13 @@ def run_demo(
     report = validation.validate(episodes, on_invalid='raise')
     _say(f'[2/7] valid: {report.format()}', verbose=verbose, started=started)
     behaviour = compute_behaviour_return(episodes)
-    server, client, signature, num_items = seed_table(episodes, config, num_steps=report.steps)
+    servers, addresses, signature, counts = seed_tables(
+        episodes, config, num_steps=report.steps, num_servers=num_servers
+    )
+    num_items = sum(counts)
+    where = '' if num_servers == 1 else f' on {num_servers} servers ({", ".join(map(str, counts))})'
     _say(
-        f'[3/7] seeded prioritized table {TABLE!r} with {num_items} items',
+        f'[3/7] seeded prioritized table {TABLE!r} with {num_items} items{where}',
         verbose=verbose,
         started=started,
     )
@@ -196,7 +264,7 @@ def run_demo(
             observation_spec=signature[types.OBSERVATION],
             action_spec=make_action_spec(signature),
         )
-        dataset = make_learner_dataset(client, signature, agent, config)
+        dataset = make_learner_dataset(addresses, signature, agent, config)
         _say(f'[4/7] training {config.num_iterations} iterations', verbose=verbose, started=started)
         with warnings.catch_warnings():
             # AutoGraph's conversion of TF-Agents code trips Python's `is` literal warning.
@@ -211,7 +279,8 @@ def run_demo(
                 ),
             )
     finally:
-        server.stop()
+        for server in servers:
+            server.stop()
     final = learner.evaluate_policy(agent.policy, num_episodes=FINAL_EVAL_EPISODES, seed=seed)
     _say(
         f'[5/7] evaluated the final greedy policy on {FINAL_EVAL_EPISODES} episodes',
@@ -231,6 +300,7 @@ def run_demo(
         'eval_return': final,
         'behaviour_return': behaviour,
         'num_items': num_items,
+        'items_per_server': counts,
         'num_iterations': config.num_iterations,
         'train_seconds': history.seconds,
         'total_seconds': time.perf_counter() - started,

@@ -1,8 +1,9 @@
 """Learner datasets: batches sampled from Reverb tables, ready for a TF-Agents `train`.
 
-`LearnerDataset` builds one `tf.data` pipeline per table on `reverb.TrajectoryDataset`
-(parallel workers, several batches in flight, prefetch) and zips them into batches of
-`SampleBatch(experience, info, table_index, weights)`:
+`LearnerDataset` builds one `tf.data` pipeline per (server, table) stream on
+`reverb.TrajectoryDataset` (parallel iterators and workers, several batches in flight,
+prefetch) and zips them into batches of
+`SampleBatch(experience, info, table_index, weights, server_index)`:
 
 * **Mixing.** `tables` is one name or a `{table: ratio}` mix. Every batch takes exactly
   `counts[table]` items from each table, where the counts are the ratios scaled to
@@ -10,16 +11,21 @@
   floor(ratio / Σ ratios × batch_size) items and the items left over go, one each, to the
   tables with the largest fractional parts (ties: the table listed first), so the counts
   sum to `batch_size`. A table whose count is 0 is not sampled.
+* **Several servers.** `server_address` may list servers that each hold the tables: each
+  table is one logical table over them. Its count per batch is split between the servers
+  by largest remainder, in proportion to `server_ratios` or to the servers' sizes when
+  the learner is built, fixed for every batch (`compute_server_counts`).
 * **Importance weights.** w_i = (N_k · P_k(i))^(−β) / max_j w_j, with P_k(i) the probability
-  of sample i in its table k and N_k that table's size at sampling time, normalized by the
-  batch maximum (Tianshou's convention, see `rlds_reverb.learn.priorities`). β is read (from a
+  of sample i in its (logical) table k and N_k that table's size at sampling time (summed
+  over the servers; with several servers P_k(i) = share_s · P_s(i), see
+  `LearnerDataset.compute_logical_probabilities`), normalized by the batch maximum (Tianshou's convention, see `rlds_reverb.learn.priorities`). β is read (from a
   float, a `tf.Variable` or a schedule) when the batch is built, so with prefetching it
   may lag the train step by a few steps.
 * **Staleness.** With `staleness=StalenessFilter(version, max_staleness=k)`, items carry a
   `types.DATA_VERSION` field; a sample whose version is below `version - k` is dropped
   before batching (so the per-table counts stay exact) and counted in `filter.dropped`.
 * **Priorities.** `update_priorities(keys, td_errors, ...)` sends (|δ| + ε)^exponent to the
-  table each key came from, inside a `tf.function` train step, refusing NaN, infinite and
+  table and the server each key came from, inside a `tf.function` train step, refusing NaN, infinite and
   negative priorities first.
 * **Order.** A table with a FIFO sampler (a queue) is read by one worker per iterator, which
   keeps the insertion order. Give queues a `rate_limiter_timeout_ms`: Reverb cannot cancel
@@ -39,7 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
 import reverb
@@ -55,9 +61,16 @@ from rlds_reverb.serve import table_info
 ExperienceFn = Callable[[types.Nest], types.Nest]
 
 DEFAULT_SERVER_INFO_TIMEOUT_S = 30
-# Sampling workers per table iterator. Reverb's automatic choice (-1) measured 33,600
-# samples/s on 2 cores; 4 workers 60,000, 8 workers 65,000 (benchmarks/sample.py).
-DEFAULT_WORKERS_PER_ITERATOR = 8
+# Each (server, table) stream is read by this many Reverb iterators in parallel, each batching
+# its part of the stream's count in its own thread, so that no single thread (the one
+# turning samples into tensors and copying them into the batch) bounds the stream. On a
+# shared 2-core machine two iterators gained 10% to 30% over one, and used more of the CPU
+# when other processes competed for it (benchmarks/sample.py).
+DEFAULT_ITERATORS_PER_STREAM = 2
+# Sampling workers per Reverb iterator (8 per stream with the default two iterators).
+# Reverb's automatic choice (-1) measured 33,600 samples/s on 2 cores; 8 workers in one
+# iterator 65,000 (benchmarks/sample.py).
+DEFAULT_WORKERS_PER_ITERATOR = 4
 # Samples each worker requests at once, in per-table batches (Reverb's rule of thumb is 2 to
 # 3), and at least the minimum: fewer round trips, at the price of sampling from a slightly
 # older snapshot of the priorities. Two batches measured 5% faster than one here.
@@ -76,12 +89,15 @@ class SampleBatch(NamedTuple):
         size, priority, times sampled.
       table_index: int32 `[B]`: the position in `LearnerDataset.tables` of each sample's table.
       weights: float32 `[B]` importance weights (ones without `beta`).
+      server_index: int32 `[B]`: the position in `LearnerDataset.server_addresses` of each
+        sample's server (all 0 with one server).
     """
 
     experience: types.Nest
     info: reverb.replay_sample.SampleInfo
     table_index: tf.Tensor
     weights: tf.Tensor
+    server_index: tf.Tensor
 
 
 def _check_ratio(table: object, ratio: object) -> float:
@@ -123,12 +139,24 @@ def compute_mix_counts(tables: str | Mapping[str, float], batch_size: int) -> di
             f'Table ratios {dict(tables)} must sum to a positive number; give at least one '
             'table a ratio > 0.'
         )
-    exact = {table: ratio / total * batch_size for table, ratio in ratios.items()}
-    counts = {table: math.floor(value) for table, value in exact.items()}
-    left_over = batch_size - sum(counts.values())
-    by_remainder = sorted(exact, key=lambda t: -(exact[t] - counts[t]))  # Stable: ties keep order.
-    for table in by_remainder[:left_over]:
-        counts[table] += 1
+    return dict(
+        zip(ratios, _split_largest_remainder(list(ratios.values()), batch_size), strict=True)
+    )
+
+
+def _split_largest_remainder(ratios: Sequence[float], total: int) -> list[int]:
+    """Returns integer shares of `total` proportional to `ratios` (positive sum), by largest remainder.
+
+    Each share is floor(ratio / Σ ratios × total); the units left over go one each to the
+    largest fractional parts (ties: the earlier ratio), so the shares sum to `total`.
+    """
+    scale = sum(ratios)
+    exact = [ratio / scale * total for ratio in ratios]
+    counts = [math.floor(value) for value in exact]
+    left_over = total - sum(counts)
+    by_remainder = sorted(range(len(exact)), key=lambda i: -(exact[i] - counts[i]))  # Stable.
+    for i in by_remainder[:left_over]:
+        counts[i] += 1
     return counts
 
 
@@ -246,7 +274,9 @@ def _make_empty_table_error(table: str, timeout_ms: int, element_spec: Any) -> t
     """Returns a one-element dataset whose element fails with a "table is empty" error.
 
     Appended after a table's sample stream, it turns the silent end of a timed-out
-    `TrajectoryDataset` into an error that names the table.
+    `TrajectoryDataset` into an error that names the table. `table` may name the server too.
+    The placeholder element never reaches the learner (the assertion fails first); its
+    unknown dimensions (an `Image()` of shape `(None, None, 3)`) are 0.
     """
     message = (
         f'{EMPTY_TABLE_MARKER} {table} gave no sample within rate_limiter_timeout_ms={timeout_ms}: '
@@ -256,25 +286,107 @@ def _make_empty_table_error(table: str, timeout_ms: int, element_spec: Any) -> t
 
     def fail(_: tf.Tensor) -> Any:
         with tf.control_dependencies([tf.debugging.Assert(tf.constant(False), [message])]):
-            return tf.nest.map_structure(lambda s: tf.zeros(s.shape, s.dtype), element_spec)
+            return tf.nest.map_structure(
+                lambda s: tf.zeros(_make_placeholder_shape(s.shape), s.dtype), element_spec
+            )
 
     return tf.data.Dataset.range(1).map(fail)
 
 
-def _concat_batches(parts: tuple) -> tuple:
-    """Concatenates per-table `(sample, table_index)` batches along the batch axis."""
-    if len(parts) == 1:
-        return parts[0]
-    return tf.nest.map_structure(lambda *xs: tf.concat(xs, axis=0), *parts)
+def _make_placeholder_shape(shape: tf.TensorShape) -> list[int]:
+    """Returns a fully known shape compatible with `shape`: unknown dimensions are 0."""
+    if shape.rank is None:
+        return []
+    return [0 if size is None else size for size in shape.as_list()]
+
+
+def _check_addresses(server_address: str | Sequence[str]) -> list[str]:
+    """Returns the server addresses as a list; refuses an empty list and repeated addresses."""
+    addresses = [server_address] if isinstance(server_address, str) else list(server_address)
+    if not addresses or not all(isinstance(a, str) and a for a in addresses):
+        raise ValueError(
+            f"server_address={server_address!r} must be 'host:port' or a non-empty list of them."
+        )
+    if len(set(addresses)) != len(addresses):
+        raise ValueError(
+            f'server_address={addresses} names a server twice; give each server once (use '
+            'server_ratios to weight servers).'
+        )
+    return addresses
+
+
+def compute_server_counts(
+    count: int, *, sizes: Sequence[int], ratios: Sequence[float] | None = None
+) -> list[int]:
+    """Returns how many of a table's `count` items per batch come from each server.
+
+    The counts are proportional to `ratios` if given, else to the servers' table `sizes`
+    (equal shares if every size is 0), rounded by the largest-remainder method as for
+    table mixing, so they sum to `count`; a server whose count is 0 is not sampled.
+
+    Args:
+      count: The table's items per batch (>= 1).
+      sizes: The table's size on each server.
+      ratios: Optional per-server ratios (>= 0, finite, positive sum), one per server.
+
+    Returns:
+      One count per server, summing to `count`.
+
+    Raises:
+      ValueError: If `ratios` has the wrong length, a negative or non-finite ratio, or no
+        positive ratio.
+
+    Example:
+      >>> compute_server_counts(256, sizes=[15_000, 5_000])
+      [192, 64]
+    """
+    checks.check_int_at_least(count, 1, argument='count')
+    if ratios is None:
+        weights = [float(size) for size in sizes]
+        if not sum(weights) > 0:
+            weights = [1.0] * len(sizes)
+    else:
+        if len(ratios) != len(sizes):
+            raise ValueError(
+                f'server_ratios={list(ratios)} must give one ratio per server ({len(sizes)}).'
+            )
+        weights = [_check_ratio(f'server {i}', ratio) for i, ratio in enumerate(ratios)]
+        if not sum(weights) > 0:
+            raise ValueError(
+                f'server_ratios={list(ratios)} must sum to a positive number; give at least '
+                'one server a ratio > 0.'
+            )
+    return _split_largest_remainder(weights, count)
+
+
+@dataclasses.dataclass(frozen=True)
+class Source:
+    """One (server, table) stream of a `LearnerDataset` and its fixed share of each batch.
+
+    Attributes:
+      server_index: The position of the server in `LearnerDataset.server_addresses`.
+      table_index: The position of the table in `LearnerDataset.tables`.
+      count: Items per batch from this server's table.
+      share: `count` / the table's items per batch: the probability that a batch slot of
+        this table is filled from this server.
+    """
+
+    server_index: int
+    table_index: int
+    count: int
+    share: float
 
 
 class LearnerDataset:
     """Batches of prioritized samples from one Reverb table or a `{table: ratio}` mix.
 
-    See the module docstring for mixing, importance weights, staleness and timeouts.
+    The table (or each table of the mix) may be spread over several servers: one logical
+    table, sampled from every server in fixed per-batch proportions (see the module
+    docstring for mixing, servers, importance weights, staleness and timeouts).
 
     Args:
-      server_address: The Reverb server, `'host:port'`.
+      server_address: The Reverb server, `'host:port'`, or a list of servers that each
+        hold the tables (one logical table spread over them).
       tables: One table name, or `{table: ratio}` (ratios >= 0, positive sum).
       data_spec: The spec of one step of an item, without the time axis (for two-step
         trajectories `agent.collect_data_spec`; for n-step transitions the item spec).
@@ -285,33 +397,41 @@ class LearnerDataset:
         zero-argument schedule (see `priorities.linear_beta_schedule`); None gives weights 1.
       experience_fn: Maps a batch of items to the agent's experience (identity if None).
       staleness: Drops stale samples (see `StalenessFilter`).
-      num_workers_per_iterator: Reverb sampling workers per table (None:
+      server_ratios: With several servers, the share of each table's items per batch taken
+        from each server (one ratio per server, normalized); None: in proportion to the
+        table's size on each server when the learner is built.
+      iterators_per_stream: Reverb iterators reading each (server, table) stream in
+        parallel, each giving a fixed part of the stream's count per batch (None:
+        `DEFAULT_ITERATORS_PER_STREAM`; FIFO tables always use 1).
+      num_workers_per_iterator: Reverb sampling workers per iterator (None:
         `DEFAULT_WORKERS_PER_ITERATOR`; FIFO tables always use 1).
       max_in_flight_samples_per_worker: Samples requested per round trip (None:
-        `IN_FLIGHT_BATCHES_PER_WORKER` times the largest per-table count, at least
+        `IN_FLIGHT_BATCHES_PER_WORKER` times the largest per-iterator count, at least
         `MIN_IN_FLIGHT_SAMPLES_PER_WORKER`).
       prefetch_batches: Batches prepared ahead (`tf.data.AUTOTUNE` by default).
       rate_limiter_timeout_ms: How long a table may block sampling before the iterator
         fails with "table is empty"; -1 waits forever.
-      server_info_timeout_s: Timeout of the server-info call made here.
+      server_info_timeout_s: Timeout of the server-info call made here (per server).
 
     Raises:
       ValueError: If the ratios are invalid (negative, not finite, or not summing to a
-        positive number), β is a number outside [0, 1], or another option is invalid.
-      TableError: If a table does not exist (the message lists those that do), or more than
-        one worker is asked for on a FIFO table.
+        positive number), a server is listed twice, `server_ratios` does not give one ratio
+        per server, β is a number outside [0, 1], or another option is invalid.
+      ReverbConnectionError: If a server does not answer; names it.
+      TableError: If a table does not exist on a server (the message lists those that do),
+        or more than one worker or iterator is asked for on a FIFO table.
       SpecMismatchError: If a table's signature differs from the expected items; the
         message shows the difference leaf by leaf.
 
     Example:
-      >>> learner = LearnerDataset(address, 'replay', data_spec=agent.collect_data_spec,
-      ...                          batch_size=256, beta=0.4)
+      >>> learner = LearnerDataset(['host1:8000', 'host2:8000'], 'replay',
+      ...                          data_spec=agent.collect_data_spec, batch_size=256, beta=0.4)
       >>> batch = next(iter(learner.as_dataset()))
     """
 
     def __init__(
         self,
-        server_address: str,
+        server_address: str | Sequence[str],
         tables: str | Mapping[str, float],
         *,
         data_spec: types.SpecNest,
@@ -320,6 +440,8 @@ class LearnerDataset:
         beta: priorities.Beta | None = None,
         experience_fn: ExperienceFn | None = None,
         staleness: StalenessFilter | None = None,
+        server_ratios: Sequence[float] | None = None,
+        iterators_per_stream: int | None = None,
         num_workers_per_iterator: int | None = None,
         max_in_flight_samples_per_worker: int | None = None,
         prefetch_batches: int = tf.data.AUTOTUNE,
@@ -331,10 +453,13 @@ class LearnerDataset:
             checks.check_int_at_least(sequence_length, 1, argument='sequence_length')
         if rate_limiter_timeout_ms < -1:
             raise ValueError(f'rate_limiter_timeout_ms={rate_limiter_timeout_ms} must be >= -1.')
+        self.server_addresses = _check_addresses(server_address)
+        self.server_address = self.server_addresses[0]
         all_counts = compute_mix_counts(tables, batch_size)
+        if server_ratios is not None:  # Checked before any server is asked.
+            compute_server_counts(1, sizes=[0] * len(self.server_addresses), ratios=server_ratios)
         self.counts = {table: count for table, count in all_counts.items() if count > 0}
         self.tables = list(self.counts)
-        self.server_address = server_address
         self.batch_size = batch_size
         self.item_spec = _make_item_spec(data_spec, sequence_length)
         self.beta = beta
@@ -342,67 +467,202 @@ class LearnerDataset:
         self.staleness = staleness
         self.prefetch_batches = prefetch_batches
         self.rate_limiter_timeout_ms = rate_limiter_timeout_ms
-        client = table_info.connect(server_address)
-        self.table_info = table_info.fetch_tables_info(
-            client, list(all_counts), timeout_ms=1000 * server_info_timeout_s
-        )
-        for info in self.table_info.values():
-            table_info.check_signature(info, self.item_spec, found="the learner's items")
-        self.num_workers = {
-            t: _choose_num_workers(self.table_info[t], num_workers_per_iterator)
-            for t in self.tables
-        }
+        # Per server: {table: TableInfo}, every table checked against the items.
+        self.server_table_info = []
+        for address in self.server_addresses:
+            infos = table_info.fetch_tables_info(
+                table_info.connect(address),
+                list(all_counts),
+                timeout_ms=1000 * server_info_timeout_s,
+            )
+            for info in infos.values():
+                table_info.check_signature(info, self.item_spec, found="the learner's items")
+            self.server_table_info.append(infos)
+        self.table_info = self.server_table_info[0]
+        self.sources, self.unsampled_sizes = self._plan_sources(server_ratios)
+        self.num_workers = [
+            _choose_num_workers(
+                self.server_table_info[s.server_index][self.tables[s.table_index]],
+                num_workers_per_iterator,
+            )
+            for s in self.sources
+        ]
+        if iterators_per_stream is not None:
+            checks.check_int_at_least(iterators_per_stream, 1, argument='iterators_per_stream')
+        # Per source: the count each of its iterators gives per batch (FIFO: one iterator).
+        self.iterator_counts = [
+            [
+                count
+                for count in _split_largest_remainder(
+                    [1.0] * self._choose_num_iterators(source, iterators_per_stream),
+                    source.count,
+                )
+                if count
+            ]
+            for source in self.sources
+        ]
         self.max_in_flight = max_in_flight_samples_per_worker or max(
             MIN_IN_FLIGHT_SAMPLES_PER_WORKER,
-            IN_FLIGHT_BATCHES_PER_WORKER * max(self.counts.values()),
+            IN_FLIGHT_BATCHES_PER_WORKER * max(max(c) for c in self.iterator_counts),
         )
         if staleness is not None:
             staleness.find_version_path(self.item_spec)
-        self._tf_client = reverb.TFClient(server_address)
+        self._tf_clients = [reverb.TFClient(address) for address in self.server_addresses]
 
-    def make_table_dataset(self, index: int) -> tf.data.Dataset:
-        """Returns the batches of `(ReplaySample, table_index)` of one table of the mix.
+    def _plan_sources(self, server_ratios: Sequence[float] | None) -> tuple[list[Source], list]:
+        """Returns the sampled (server, table) streams, and per table the unsampled size."""
+        sources, unsampled = [], []
+        for table_index, table in enumerate(self.tables):
+            sizes = [infos[table].current_size for infos in self.server_table_info]
+            counts = compute_server_counts(self.counts[table], sizes=sizes, ratios=server_ratios)
+            for server_index, count in enumerate(counts):
+                if count:
+                    share = count / self.counts[table]
+                    sources.append(Source(server_index, table_index, count, share))
+            unsampled.append(
+                sum(size for size, count in zip(sizes, counts, strict=True) if not count)
+            )
+        return sources, unsampled
+
+    def _choose_num_iterators(self, source: Source, requested: int | None) -> int:
+        """Returns the iterators of a stream: 1 for a FIFO sampler (keeps order) or a table
+        with `max_times_sampled` (no sample held back in another iterator's buffer).
+
+        Raises:
+          TableError: If more than one iterator is requested for a FIFO table.
+        """
+        info = self.server_table_info[source.server_index][self.tables[source.table_index]]
+        if info.max_times_sampled > 0 and not info.sampler_options.fifo:
+            # Items sampled a limited number of times: a second iterator could hold the
+            # last ones in its buffer while the first waits for them (an early timeout).
+            return 1
+        if not info.sampler_options.fifo:
+            return DEFAULT_ITERATORS_PER_STREAM if requested is None else requested
+        if requested not in (None, 1):
+            raise TableError(
+                f'Table {info.name!r} has a FIFO sampler: it must be read by 1 iterator to '
+                f'keep the order, not iterators_per_stream={requested}.'
+            )
+        return 1
+
+    def _describe_source(self, source: Source) -> str:
+        table = self.tables[source.table_index]
+        if len(self.server_addresses) == 1:
+            return table
+        return f'{table} on server {self.server_addresses[source.server_index]}'
+
+    def make_source_dataset(self, index: int) -> tf.data.Dataset:
+        """Returns the batches of `ReplaySample`s of one (server, table) stream.
+
+        Each element holds `self.sources[index].count` samples.
 
         Example:
-          >>> batches = learner.make_table_dataset(0)
+          >>> batches = learner.make_source_dataset(0)
         """
-        table = self.tables[index]
+        parts = tuple(
+            self._make_iterator_dataset(index, count) for count in self.iterator_counts[index]
+        )
+        if len(parts) == 1:
+            return parts[0]
+        # Each part batches in its own thread (prefetch), in parallel with the others.
+        return tf.data.Dataset.zip(tuple(part.prefetch(1) for part in parts)).map(
+            lambda *samples: _concat_samples(samples)
+        )
+
+    def _make_iterator_dataset(self, index: int, count: int) -> tf.data.Dataset:
+        """Returns batches of `count` samples of source `index` from one Reverb iterator."""
+        source = self.sources[index]
+        table = self.tables[source.table_index]
         samples = reverb.TrajectoryDataset(
-            server_address=self.server_address,
+            server_address=self.server_addresses[source.server_index],
             table=table,
             dtypes=tf.nest.map_structure(lambda s: s.dtype, self.item_spec),
             shapes=tf.nest.map_structure(lambda s: s.shape, self.item_spec),
             max_in_flight_samples_per_worker=self.max_in_flight,
-            num_workers_per_iterator=self.num_workers[table],
+            num_workers_per_iterator=self.num_workers[index],
             rate_limiter_timeout_ms=self.rate_limiter_timeout_ms,
         )
         if self.staleness is not None:
             samples = samples.filter(self.staleness.make_predicate(self.item_spec))
         if self.rate_limiter_timeout_ms >= 0:
             samples = samples.concatenate(
-                _make_empty_table_error(table, self.rate_limiter_timeout_ms, samples.element_spec)
+                _make_empty_table_error(
+                    self._describe_source(source),
+                    self.rate_limiter_timeout_ms,
+                    samples.element_spec,
+                )
             )
-        count = self.counts[table]
         # A sequential batch keeps a FIFO table's order, and measured 3% faster here than a
         # parallel one for the other tables too (the workers already sample in parallel).
-        batches = samples.batch(count, drop_remainder=True)
-        return batches.map(lambda sample: (sample, tf.fill([count], tf.constant(index, tf.int32))))
+        return samples.batch(count, drop_remainder=True)
 
-    def make_batch(self, sample: reverb.ReplaySample, table_index: tf.Tensor) -> SampleBatch:
-        """Returns the `SampleBatch` of a concatenated batch of samples.
+    def compute_logical_probabilities(self, info: reverb.replay_sample.SampleInfo) -> tuple:
+        """Returns each sample's probability and table size in its logical table.
+
+        For a sample i drawn from server s's part of table t (sources in order, as
+        concatenated in a batch): P(i) = share_s · P_s(i), with share_s the fixed fraction
+        of table t's batch slots filled from server s and P_s(i) Reverb's probability on
+        that server; N_i = the table's size summed over its servers: server s's size with
+        sample i, the other sampled servers' largest size in the same batch, and the
+        servers given no slot (a count of 0) with their size when the learner was built.
+        With one server this is Reverb's own (P(i), N).
+
+        Returns:
+          `(probabilities float64 [B], table_sizes int64 [B])`.
 
         Example:
-          >>> batch = learner.make_batch(sample, table_index)
+          >>> probability, size = learner.compute_logical_probabilities(sample.info)
+        """
+        if len(self.server_addresses) == 1:
+            return info.probability, info.table_size
+        sizes = tf.cast(info.table_size, tf.int64)
+        offsets = [0]
+        for source in self.sources[:-1]:
+            offsets.append(offsets[-1] + source.count)
+        largest = [
+            tf.reduce_max(sizes[o : o + s.count])
+            for o, s in zip(offsets, self.sources, strict=True)
+        ]
+        totals = []
+        for table_index, unsampled in enumerate(self.unsampled_sizes):
+            mine = [
+                n
+                for n, s in zip(largest, self.sources, strict=True)
+                if s.table_index == table_index
+            ]
+            totals.append(tf.add_n(mine) + unsampled)
+        logical_sizes = tf.concat(
+            [
+                sizes[o : o + s.count] - n + totals[s.table_index]
+                for o, s, n in zip(offsets, self.sources, largest, strict=True)
+            ],
+            axis=0,
+        )
+        shares = tf.constant(
+            [s.share for s in self.sources for _ in range(s.count)], dtype=tf.float64
+        )
+        return tf.cast(info.probability, tf.float64) * shares, logical_sizes
+
+    def make_batch(self, sample: reverb.ReplaySample) -> SampleBatch:
+        """Returns the `SampleBatch` of a batch of samples concatenated in source order.
+
+        Example:
+          >>> batch = learner.make_batch(sample)
         """
         info = sample.info
         if self.beta is None:
             weights = tf.ones([self.batch_size], tf.float32)
         else:
-            weights = priorities.compute_importance_weights(
-                info.probability, info.table_size, self.beta
-            )
+            probability, size = self.compute_logical_probabilities(info)
+            weights = priorities.compute_importance_weights(probability, size, self.beta)
         experience = sample.data if self.experience_fn is None else self.experience_fn(sample.data)
-        return SampleBatch(experience, info, table_index, weights)
+        table_index = tf.constant(
+            [s.table_index for s in self.sources for _ in range(s.count)], dtype=tf.int32
+        )
+        server_index = tf.constant(
+            [s.server_index for s in self.sources for _ in range(s.count)], dtype=tf.int32
+        )
+        return SampleBatch(experience, info, table_index, weights, server_index)
 
     def as_dataset(self) -> tf.data.Dataset:
         """Returns the `tf.data.Dataset` of `SampleBatch`es (endless unless a table times out).
@@ -414,9 +674,13 @@ class LearnerDataset:
         Example:
           >>> batches = iter(learner.as_dataset())
         """
-        per_table = tuple(self.make_table_dataset(i) for i in range(len(self.tables)))
-        zipped = per_table[0] if len(per_table) == 1 else tf.data.Dataset.zip(per_table)
-        batches = zipped.map(lambda *parts: self.make_batch(*_concat_batches(_as_parts(parts))))
+        parts = tuple(self.make_source_dataset(i) for i in range(len(self.sources)))
+        if len(parts) == 1:
+            batches = parts[0].map(self.make_batch)
+        else:
+            batches = tf.data.Dataset.zip(parts).map(
+                lambda *samples: self.make_batch(_concat_samples(samples))
+            )
         return batches.prefetch(self.prefetch_batches)
 
     def __iter__(self) -> Iterator[SampleBatch]:
@@ -441,46 +705,69 @@ class LearnerDataset:
         td_errors: tf.Tensor,
         *,
         table_index: tf.Tensor | None = None,
+        server_index: tf.Tensor | None = None,
         epsilon: float = 1e-3,
         exponent: float = 1.0,
     ) -> tf.Operation:
         """Sets priorities (|δ| + ε)^exponent of sampled items; usable inside a `tf.function`.
 
+        Each key goes to the table and the server its sample came from: Reverb ignores,
+        without an error, keys that a server does not hold.
+
         Args:
           keys: uint64 `[B]` keys (`batch.info.key`).
           td_errors: `[B]` TD errors.
           table_index: int32 `[B]` (`batch.table_index`); required for a mix of tables.
+          server_index: int32 `[B]` (`batch.server_index`); required with several servers.
           epsilon: ε >= 0 added to |δ|.
           exponent: The exponent (> 0); keep 1 for prioritized tables (they apply their own).
 
         Returns:
-          The update op (a group of one update per table).
+          The update op (a group of one update per (server, table) stream).
 
         Raises:
-          ValueError: If `table_index` is missing for a mix, or ε / exponent are invalid.
+          ValueError: If `table_index` is missing for a mix, `server_index` is missing with
+            several servers, or ε / exponent are invalid.
           tf.errors.InvalidArgumentError: If a priority is NaN, infinite or negative; names
             the table, the keys and the priorities.
 
         Example:
           >>> learner.update_priorities(batch.info.key, loss_info.extra.td_error,
-          ...                           table_index=batch.table_index)
+          ...                           table_index=batch.table_index,
+          ...                           server_index=batch.server_index)
         """
-        if len(self.tables) == 1:
-            return priorities.update_priorities(
-                self._tf_client, self.tables[0], keys, td_errors, epsilon=epsilon, exponent=exponent
-            )
-        if table_index is None:
+        if len(self.tables) > 1 and table_index is None:
             raise ValueError(
                 f'table_index is required to update priorities in a mix of tables {self.tables}; '
                 'pass batch.table_index.'
             )
+        if len(self.server_addresses) > 1 and server_index is None:
+            raise ValueError(
+                'server_index is required to update priorities across servers '
+                f'{self.server_addresses}: a key sent to another server than its own is '
+                'silently ignored by Reverb; pass batch.server_index.'
+            )
+        if len(self.sources) == 1:
+            source = self.sources[0]
+            return priorities.update_priorities(
+                self._tf_clients[source.server_index],
+                self.tables[source.table_index],
+                keys,
+                td_errors,
+                epsilon=epsilon,
+                exponent=exponent,
+            )
         updates = []
-        for index, table in enumerate(self.tables):
-            mine = tf.equal(table_index, index)
+        for source in self.sources:
+            mine = tf.ones(tf.shape(keys), tf.bool)
+            if len(self.tables) > 1:
+                mine = tf.logical_and(mine, tf.equal(table_index, source.table_index))
+            if len(self.server_addresses) > 1:
+                mine = tf.logical_and(mine, tf.equal(server_index, source.server_index))
             updates.append(
                 priorities.update_priorities(
-                    self._tf_client,
-                    table,
+                    self._tf_clients[source.server_index],
+                    self.tables[source.table_index],
                     tf.boolean_mask(keys, mine),
                     tf.boolean_mask(td_errors, mine),
                     epsilon=epsilon,
@@ -497,8 +784,6 @@ def _extract_assert_message(message: str) -> str:
     return message[start:end] if 0 < start < end else message
 
 
-def _as_parts(parts: tuple) -> tuple:
-    """Returns per-table `(sample, index)` pairs from a `map` over one or zipped datasets."""
-    if len(parts) == 2 and isinstance(parts[0], reverb.ReplaySample):
-        return (parts,)
-    return parts
+def _concat_samples(samples: tuple) -> reverb.ReplaySample:
+    """Concatenates per-stream batches of `ReplaySample`s along the batch axis."""
+    return tf.nest.map_structure(lambda *xs: tf.concat(xs, axis=0), *samples)
