@@ -249,7 +249,8 @@ class _WritePartition(beam.DoFn):
         try:
             _write_episodes(job, address, written, done)
         except Exception as e:
-            raise RuntimeError(f'{_WORKER_ERROR}{_describe_write_failure(job, address, e, done)}')
+            message = _describe_write_failure(job, address, e, done)
+            raise RuntimeError(f'{_WORKER_ERROR}{message}') from e
         with FileSystems.create(_result_path(job.result_dir, position)) as f:
             f.write(json.dumps(dataclasses.asdict(counts)).encode())
         yield counts
@@ -348,9 +349,7 @@ def _probe_servers(servers: Sequence[str], table: str) -> dict[str, int | None]:
     found = {}
     for address in servers:
         try:
-            info = table_info.fetch_table_info(
-                reverb.Client(address), table, timeout_ms=2_000
-            )
+            info = table_info.fetch_table_info(reverb.Client(address), table, timeout_ms=2_000)
             found[address] = table_info.count_inserted(info)
         except (errors.RldsReverbError, reverb.errors.ReverbError, RuntimeError):
             found[address] = None
@@ -362,7 +361,7 @@ def _worker_message(error: BaseException) -> str:
     text = str(error)
     found = re.findall(re.escape(_WORKER_ERROR) + r'(.*)', text)
     if found:
-        return found[-1].strip().rstrip("'\"")
+        return found[-1].strip().rstrip('\'"')
     return ' '.join(text.split())[-2000:]
 
 

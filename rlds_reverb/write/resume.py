@@ -230,7 +230,7 @@ def push_resumable(
     *,
     item: items.ItemKind | None = None,
     checkpoint_every: int | None = None,
-    start_episode: int | None = None,
+    start_episode: int | ResumePoint | None = None,
     **push_options,
 ) -> push_lib.PushStats:
     """Pushes `episodes` from the first one the table lacks, checkpointing at boundaries.
@@ -241,7 +241,9 @@ def push_resumable(
       table: The table name; this push must be its only writer.
       item: The item kind; default `items.TwoStep()`.
       checkpoint_every: Checkpoint the server after every this many episodes (None: never).
-      start_episode: The first episode to push; None finds it from the table's insert count.
+      start_episode: The first episode to push, or a `ResumePoint` (the rest of a partly
+        written episode first); None finds the point from the table's insert count, so a
+        table holding part of an episode resumes exactly at its next item.
       **push_options: Passed to `rlds_reverb.push` (`on_invalid`, `timeout_ms`...).
 
     Returns:
@@ -254,9 +256,11 @@ def push_resumable(
     item = item or items.TwoStep()
     client = table_info.connect(server)
     stats = push_lib.PushStats(items={table: 0})
-    if start_episode is None:
-        counts = count_items_per_episode(episodes, item)
-        point = find_resume_point(count_inserted(client, table), counts)
+    if start_episode is None or isinstance(start_episode, ResumePoint):
+        point = start_episode
+        if point is None:
+            counts = count_items_per_episode(episodes, item)
+            point = find_resume_point(count_inserted(client, table), counts)
         start_episode = point.episode
         if point.items:  # A partly written episode: write the rest of it first.
             stats = stats.merge(
