@@ -103,7 +103,12 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     from rlds_reverb.core import errors
 
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # Only `push` takes options it does not know (Beam's, with --servers).
+        if not getattr(args, 'accepts_unknown_arguments', False):
+            parser.parse_args(argv)  # Exits with argparse's usual error.
+        args.beam_args = unknown
     try:
         return args.handler(args)
     except (errors.RldsReverbError, tf.errors.OpError, OSError, ValueError) as error:

@@ -11,7 +11,18 @@ writing to the same server (TFDS split slicing, `Dataset.shard` for other source
 `push --checkpoint-every N` checkpoints the server after every N episodes, and
 `push --resume` starts at the first episode the table lacks (`rlds_reverb.write.resume`),
 so a push cut off by a server crash continues, after a restart from the latest checkpoint,
-without duplicating or losing an episode.
+without duplicating or losing an item.
+
+Beyond one machine (`rlds_reverb.distribute`, the `beam` extra):
+
+    rlds-reverb serve SOURCE --port 8000 --count 2      # two empty servers, 8000 and 8001
+    rlds-reverb push SOURCE --servers localhost:8000,localhost:8001 --runner DirectRunner \
+        --direct-num-workers 2 [any other Beam pipeline option, e.g. --temp_location=...]
+
+`push --servers` runs the Apache Beam pipeline: shards read in parallel, every episode on one
+server (balanced), exactly once even when re-run. Options `push` does not know are passed to
+Beam. `serve --count N` starts N servers with the empty table (ports PORT..PORT+N-1, or free
+ones with `--port 0`), for tests and demos.
 """
 
 from __future__ import annotations
@@ -67,8 +78,52 @@ def _install_stop_handlers() -> threading.Event:
     return stop
 
 
+def _serve_many(args: argparse.Namespace) -> int:
+    """Starts `--count` servers with the empty table; prints their addresses; serves."""
+    import os
+
+    from rlds_reverb.core import checks
+    from rlds_reverb.serve import server, tables
+    from rlds_reverb.transform import plans
+
+    checks.check_int_at_least(args.count, 1, argument='--count')
+    episodes, item = common.load_source(args), _make_item(args)
+    signature = tables.signature_for(item, episodes)
+    max_size = args.max_size or max(1, plans.count_items(episodes, item))
+    running = []
+    try:
+        for index in range(args.count):
+            table = tables.make_table(
+                args.table_preset,
+                args.table,
+                signature=signature,
+                max_size=max_size,
+                priority_exponent=args.priority_exponent,
+            )
+            where = args.checkpoint_dir and os.path.join(args.checkpoint_dir, f'server-{index}')
+            port = args.port + index if args.port else None
+            running.append(server.start_server([table], port=port, checkpoint_dir=where))
+        stop = _install_stop_handlers()
+        addresses = ','.join(f'localhost:{s.port}' for s in running)
+        print(
+            f'Serving table {args.table!r} (max_size {max_size}) on {addresses}; stop with '
+            'Ctrl-C or SIGTERM.',
+            flush=True,
+        )
+        while not stop.wait(timeout=1.0):
+            pass
+    finally:
+        for running_server in running:
+            running_server.stop()
+    print('Stopped.', flush=True)
+    return common.EXIT_OK
+
+
 def _serve(args: argparse.Namespace) -> int:
     from rlds_reverb.write import seed
+
+    if args.count is not None:
+        return _serve_many(args)
 
     result = seed.seed_server(
         common.load_source(args),
@@ -186,11 +241,14 @@ def _push_resumable(args: argparse.Namespace, progress):
         counts = resume.count_items_per_episode(episodes, item)
         client = table_info.connect(args.server)
         inserted = resume.count_inserted(client, args.table, timeout_ms=args.timeout_ms)
-        start = resume.find_resume_episode(inserted, counts)
-        held = f'episodes 0..{start - 1} of the dataset' if start else 'no episode'
+        start = resume.find_resume_point(inserted, counts)
+        held = f'episodes 0..{start.episode - 1} of the dataset' if start.episode else 'no episode'
+        part = (
+            f' and the first {start.items} items of episode {start.episode}' if start.items else ''
+        )
         print(
-            f'Table {args.table!r} holds {inserted} items: {held}; resuming at episode '
-            f'{start} of {len(counts)}.',
+            f'Table {args.table!r} holds {inserted} items: {held}{part}; resuming at episode '
+            f'{start.episode} of {len(counts)}.',
             flush=True,
         )
     return resume.push_resumable(
@@ -224,9 +282,70 @@ def _check_push_options(args: argparse.Namespace, item) -> None:
         checks.check_int_at_least(args.checkpoint_every, 1, argument='--checkpoint-every')
 
 
+def _beam_flags(args: argparse.Namespace) -> list[str]:
+    """Returns the Beam pipeline options of `push --servers`."""
+    flags = [f'--runner={args.runner or "DirectRunner"}']
+    if args.direct_num_workers is not None:
+        from rlds_reverb.core import checks
+
+        checks.check_int_at_least(args.direct_num_workers, 1, argument='--direct-num-workers')
+        flags.append(f'--direct_num_workers={args.direct_num_workers}')
+        if args.direct_num_workers > 1 and not any(
+            f.startswith('--direct_running_mode') for f in args.beam_args
+        ):
+            flags.append('--direct_running_mode=multi_processing')
+    return flags + list(args.beam_args)
+
+
+def _push_beam(args: argparse.Namespace) -> int:
+    """`push --servers`: the Beam pipeline into several servers, with a progress bar of items."""
+    if args.server or args.workers != 1 or args.resume or args.checkpoint_every is not None:
+        raise ValueError(
+            '--servers runs the Beam pipeline, which always resumes exactly; use it without '
+            '--server, --workers, --resume and --checkpoint-every (use --direct-num-workers).'
+        )
+    try:
+        from rlds_reverb.distribute import pipeline
+    except ImportError as e:
+        raise ValueError(
+            f'push --servers needs Apache Beam ({e}); install rlds-reverb[beam].'
+        ) from e
+    import tqdm
+
+    bar = tqdm.tqdm(unit=' items', disable=args.no_progress, file=sys.stderr)
+
+    def _progress(items: int) -> None:
+        bar.update(items - bar.n)
+
+    try:
+        result = pipeline.push_with_beam(
+            args.source,
+            args.servers,
+            args.table,
+            split=args.split,
+            data_dir=args.data_dir,
+            item=_make_item(args),
+            on_invalid=args.on_invalid,
+            timeout_ms=args.timeout_ms,
+            allow_eviction=args.allow_eviction,
+            pipeline_options=_beam_flags(args),
+            progress=_progress,
+        )
+    finally:
+        bar.close()
+    print(result.format())
+    return common.EXIT_OK
+
+
 def _push(args: argparse.Namespace) -> int:
     from rlds_reverb.write import push
 
+    if args.servers:
+        return _push_beam(args)
+    if args.beam_args:
+        raise ValueError(f'unrecognized arguments: {" ".join(args.beam_args)}')
+    if not args.server:
+        raise ValueError('push needs --server HOST:PORT (or --servers for the Beam pipeline).')
     _check_push_options(args, _make_item(args))
     bar = _ProgressBar(disable=args.no_progress)
     try:
@@ -303,6 +422,13 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument('--priority-exponent', type=float, default=0.6)
     parser.add_argument('--max-size', type=int, default=None, help='default: the item count')
     parser.add_argument('--checkpoint-dir', default=None, help='restore from / checkpoint to')
+    parser.add_argument(
+        '--count',
+        type=int,
+        default=None,
+        help='start N servers with the empty table (for push --servers); ports PORT.. '
+        'PORT+N-1, free ones with --port 0; checkpoints in CHECKPOINT_DIR/server-i',
+    )
     parser.set_defaults(handler=_serve)
     return parser
 
@@ -311,7 +437,17 @@ def add_push_parser(subparsers) -> argparse.ArgumentParser:
     """Adds `push`: write SOURCE into a table of a running Reverb server."""
     parser = subparsers.add_parser('push', help='push a dataset into a running Reverb server')
     _add_item_arguments(parser)
-    parser.add_argument('--server', required=True, help="address 'host:port'")
+    parser.add_argument('--server', default=None, help="address 'host:port'")
+    parser.add_argument(
+        '--servers',
+        default=None,
+        help="'host:port,host:port': run the Apache Beam pipeline into these servers; "
+        'other options push does not know are Beam pipeline options',
+    )
+    parser.add_argument('--runner', default=None, help='Beam runner (default DirectRunner)')
+    parser.add_argument(
+        '--direct-num-workers', type=int, default=None, help='DirectRunner worker processes'
+    )
     parser.add_argument('--workers', type=int, default=1, help='processes (dataset shards)')
     parser.add_argument('--timeout-ms', type=int, default=60_000)
     parser.add_argument('--allow-eviction', action='store_true')
@@ -327,5 +463,5 @@ def add_push_parser(subparsers) -> argparse.ArgumentParser:
         default=None,
         help='checkpoint the server after every N episodes (so a restart can --resume)',
     )
-    parser.set_defaults(handler=_push)
+    parser.set_defaults(handler=_push, beam_args=[], accepts_unknown_arguments=True)
     return parser

@@ -297,6 +297,24 @@ def _check_decodable(decoder: tfds.features.Sequence, encoded_spec: Mapping, *, 
             ) from e
 
 
+def open_builder(
+    source: str | os.PathLike, *, data_dir: str | os.PathLike | None = None
+) -> tfds.core.DatasetBuilder:
+    """Returns the TFDS builder of a dataset directory or name (as `load` finds it).
+
+    Readers that split a dataset by shard (the Beam pipeline) start from it:
+    `builder.data_dir` is the directory every worker opens, `builder.info.splits` the shards.
+
+    Raises:
+      SourceNotFoundError: If a path does not exist.
+      SourceError: If the source is not a prepared TFDS dataset.
+
+    Example:
+      >>> builder = open_builder('cartpole_v1', data_dir='~/tensorflow_datasets')
+    """
+    return _open_builder(source, data_dir=data_dir)[0]
+
+
 def _open_builder(source: Any, *, data_dir: Any) -> tuple[tfds.core.DatasetBuilder, str]:
     """Returns the TFDS builder of a path or name source and a description for messages."""
     if not isinstance(source, str | os.PathLike):

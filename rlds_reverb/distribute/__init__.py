@@ -1,0 +1,1 @@
+"""Beyond one machine: an Apache Beam pipeline pushing RLDS datasets into several Reverb servers."""

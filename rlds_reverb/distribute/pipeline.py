@@ -1,0 +1,577 @@
+"""Pushing an RLDS TFDS dataset into one or several Reverb servers with Apache Beam.
+
+The same pipeline runs on Beam's DirectRunner on one machine and on Flink, Spark or
+Dataflow in a cluster (README, "Beyond one machine"). Its stages:
+
+1. **Plan** (parallel by shard file): each worker opens its shard's episodes
+   (`builder.info.splits[split].file_instructions`), validates them and builds their
+   `EpisodePlan`s (rows, item windows, priorities) with `rlds_reverb.transform.plans`,
+   as `push` does. Invalid episodes raise (`on_invalid='raise'`: before anything is
+   written, as the writers wait for every plan) or are counted and dropped (`'skip'`).
+2. **Route**: every episode goes to a server by `routing.assign_servers` (balanced item
+   counts, a function of the dataset, split, item kind and server list only).
+3. **Write** (one writer per (server, table) partition): the partition's episodes, sorted by
+   index, are written with `push`'s writer engines. The writer first reads the table's
+   insert count and skips what the table already holds, down to single items of a partly
+   written episode (`rlds_reverb.write.resume.find_resume_point`). A replayed bundle, a
+   worker killed part way, or a server restarted from a checkpoint followed by a re-run
+   therefore leave every item in its server exactly once.
+
+Exactly once assumes: one pipeline at a time writes the table (no concurrent speculative
+attempts of a partition's writer), the table holds only this dataset's items for this
+split, item kind and server list, and building items is deterministic (the same plans on
+every attempt).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import apache_beam as beam
+import numpy as np
+import reverb
+import tree
+from apache_beam.io.filesystems import FileSystems
+from apache_beam.options.pipeline_options import PipelineOptions
+
+from rlds_reverb.core import errors, specs, types
+from rlds_reverb.data import loading, validation
+from rlds_reverb.distribute import routing
+from rlds_reverb.serve import table_info
+from rlds_reverb.transform import items as items_lib
+from rlds_reverb.transform.plans import EpisodePlan, PriorityFn, make_episode_plans
+from rlds_reverb.write import engines, resume
+from rlds_reverb.write import push as push_lib
+
+ProgressFn = Callable[[int], None]
+
+# What a worker's error starts with, so that the driver finds it in the runner's traceback.
+_WORKER_ERROR = '[rlds-reverb worker] '
+_PROGRESS_PERIOD_S = 0.5
+
+
+class DistributedPushError(errors.PushError):
+    """The Beam pipeline failed; the message names the cause and what each server holds."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Job:
+    """Everything a worker needs (pickled to every worker)."""
+
+    dataset_dir: str
+    split: str
+    servers: tuple[str, ...]
+    table: str
+    item: items_lib.ItemKind
+    priority: float | PriorityFn
+    policy_info_fn: Any
+    mode: types.ValidationMode
+    engine: engines.EngineKind
+    timeout_ms: int
+    max_in_flight_items: int
+    allow_eviction: bool
+    result_dir: str
+
+
+@dataclasses.dataclass
+class _Episode:
+    """One planned episode on its way to its server (plan is None for a skipped one)."""
+
+    index: int
+    length: int
+    num_items: int
+    plan: EpisodePlan | None
+
+
+@dataclasses.dataclass
+class ServerCounts:
+    """What one server got: episodes, steps, items, skipped episodes; what it reports.
+
+    `inserted` is the table's insert count after the pipeline, as the server reports it;
+    `inserted_before` the count before. After a successful push, `inserted == items`.
+    """
+
+    address: str
+    episodes: int = 0
+    steps: int = 0
+    items: int = 0
+    skipped_episodes: int = 0
+    inserted: int = 0
+    inserted_before: int = 0
+
+
+@dataclasses.dataclass
+class BeamPushResult:
+    """What a Beam push wrote, per server and in total."""
+
+    table: str
+    servers: list[ServerCounts]
+    seconds: float = 0.0
+
+    @property
+    def episodes(self) -> int:
+        return sum(s.episodes for s in self.servers)
+
+    @property
+    def steps(self) -> int:
+        return sum(s.steps for s in self.servers)
+
+    @property
+    def items(self) -> int:
+        return sum(s.items for s in self.servers)
+
+    @property
+    def skipped_episodes(self) -> int:
+        return sum(s.skipped_episodes for s in self.servers)
+
+    @property
+    def spread(self) -> float:
+        """The largest server's items over the mean, minus one (0.0: perfectly even)."""
+        return routing.compute_spread([s.items for s in self.servers])
+
+    @property
+    def steps_per_second(self) -> float:
+        return self.steps / self.seconds if self.seconds > 0 else 0.0
+
+    def format(self) -> str:
+        """Returns one line per server and a total line."""
+        lines = [
+            f'  {s.address}: {s.episodes} episodes, {s.steps} steps, {s.items} items, '
+            f'{s.skipped_episodes} skipped (the server reports {s.inserted} inserted)'
+            for s in self.servers
+        ]
+        lines.append(
+            f'Pushed {self.items} items ({self.episodes} episodes, {self.steps} steps, '
+            f'{self.skipped_episodes} skipped) into {self.table!r} on {len(self.servers)} '
+            f'server(s) in {self.seconds:.2f} s; '
+            + routing.describe_spread([s.items for s in self.servers])
+            + '.'
+        )
+        return '\n'.join(lines)
+
+
+# --- Stage 1: plan each shard's episodes ---------------------------------------------------
+
+
+class _PlanShard(beam.DoFn):
+    """Reads one shard's episodes, validates them and yields their plans (`_Episode`s)."""
+
+    def __init__(self, job: _Job):
+        self._job = job
+
+    def process(self, shard: routing.ShardRange):
+        job = self._job
+        try:
+            episodes = loading.load(
+                job.dataset_dir,
+                split=f'{job.split}[{shard.first}:{shard.first + shard.count}]',
+                check_files=False,
+            )
+            checker = validation.EpisodeChecker(specs.get_step_spec(episodes))
+            plans = make_episode_plans(
+                episodes, job.item, priority=job.priority, policy_info_fn=job.policy_info_fn
+            )
+            for local, plan in validation.read_episodes(plans):
+                index = shard.first + local
+                problems = checker.find_problems(
+                    index, plan if isinstance(plan, Exception) else plan.summary
+                )
+                if problems:
+                    if job.mode is types.ValidationMode.RAISE:
+                        raise errors.InvalidEpisodeError(index, problems)
+                    length = 0 if isinstance(plan, Exception) else plan.length
+                    yield _Episode(index, length, 0, None)
+                    continue
+                reason = job.item.describe_length_problem(plan.length)
+                if reason:
+                    raise errors.EpisodeTooLongError(
+                        f'Episode {index}: {reason}.', episodes_written=0, items_written=0
+                    )
+                yield _Episode(index, plan.length, plan.num_items, plan)
+        except Exception as e:
+            raise RuntimeError(
+                f'{_WORKER_ERROR}Reading shard {shard.filename} (episodes {shard.first}..'
+                f'{shard.first + shard.count - 1}) failed: {_one_line(e)} Nothing was written '
+                '(writers start after every episode is planned).'
+            ) from e
+
+
+# --- Stage 2: route -------------------------------------------------------------------------
+
+
+def _place(counts: list[tuple[int, int]], num_servers: int) -> dict[int, int]:
+    """Returns episode index -> server position for all (index, items) pairs."""
+    ordered = sorted(counts)
+    placement = routing.assign_servers([c for _, c in ordered], num_servers)
+    return {index: int(server) for (index, _), server in zip(ordered, placement, strict=True)}
+
+
+# --- Stage 3: one writer per (server, table) -------------------------------------------------
+
+
+def _one_line(error: BaseException) -> str:
+    text = ' '.join(str(error).split())
+    return text if text.endswith('.') else text + '.'
+
+
+def _result_path(result_dir: str, position: int) -> str:
+    return FileSystems.join(result_dir, f'server-{position:05d}.json')
+
+
+class _WritePartition(beam.DoFn):
+    """Writes one server's episodes in index order, resuming from the table's insert count."""
+
+    def __init__(self, job: _Job):
+        self._job = job
+
+    def process(self, element):
+        position, group = element
+        job = self._job
+        address = job.servers[position]
+        ordered = sorted(group, key=lambda e: e.index)
+        written = [e for e in ordered if e.plan is not None]
+        counts = ServerCounts(
+            address,
+            episodes=len(written),
+            steps=sum(e.length for e in written),
+            items=sum(e.num_items for e in written),
+            skipped_episodes=len(ordered) - len(written),
+        )
+        done = {'episodes': 0, 'items': 0, 'before': None}
+        try:
+            _write_episodes(job, address, written, done)
+        except Exception as e:
+            message = _describe_write_failure(job, address, e, done)
+            raise RuntimeError(f'{_WORKER_ERROR}{message}') from e
+        with FileSystems.create(_result_path(job.result_dir, position)) as f:
+            f.write(json.dumps(dataclasses.asdict(counts)).encode())
+        yield counts
+
+
+def _write_episodes(job: _Job, address: str, episodes: list[_Episode], done: dict) -> None:
+    """Writes what the table lacks of `episodes` (in order); updates `done` as it goes."""
+    client = reverb.Client(address)
+    info = table_info.fetch_table_info(client, job.table, timeout_ms=job.timeout_ms)
+    inserted = table_info.count_inserted(info)
+    done['before'] = inserted
+    counts = np.array([e.num_items for e in episodes], dtype=np.int64)
+    point = resume.find_resume_point(inserted, counts)
+    remaining = int(counts.sum()) - inserted
+    if not job.allow_eviction and remaining > table_info.count_free_slots(info):
+        raise errors.TableTooSmallError(
+            f'Table {job.table!r} has room for {table_info.count_free_slots(info)} more item(s) '
+            f'before evicting any; this server needs {remaining} more. Use a larger max_size, '
+            'more servers, or allow_eviction=True.',
+            episodes_written=0,
+            items_written=0,
+        )
+    done['episodes'], done['items'] = point.episode, inserted
+    if not episodes or point.episode == len(episodes):
+        return
+    constant = None if callable(job.priority) else float(job.priority)
+    first = point.episode
+    if point.items:
+        done['items'] += resume.write_remaining_items(
+            client,
+            job.table,
+            episodes[first].plan,
+            point.items,
+            item=job.item,
+            priority=constant,
+            timeout_ms=job.timeout_ms,
+            max_in_flight_items=job.max_in_flight_items,
+        )
+        done['episodes'] += 1
+        first += 1
+    if first == len(episodes):
+        return
+    engine = engines.make_engine(
+        client,
+        job.item,
+        [job.table],
+        num_columns=len(tree.flatten(episodes[first].plan.rows)),
+        priority=constant,
+        kind=job.engine,
+        max_in_flight_items=job.max_in_flight_items,
+        timeout_ms=job.timeout_ms,
+    )
+    for episode in episodes[first:]:
+        done['items'] += engine.write_episode(episode.plan)
+        done['episodes'] += 1
+    done['items'] += engine.finish()
+
+
+def _describe_write_failure(job: _Job, address: str, error: Exception, done: dict) -> str:
+    before = done['before']
+    held = (
+        'nothing (it could not be read)'
+        if before is None
+        else f'{before} items before this attempt; this attempt fully wrote '
+        f'{done["episodes"]} of its episodes in order ({done["items"]} items in all)'
+    )
+    return (
+        f'Writing to the Reverb server at {address} (table {job.table!r}) failed: '
+        f'{_one_line(error)} The table held {held}.'
+    )
+
+
+# --- The driver ------------------------------------------------------------------------------
+
+
+def _check_servers(
+    servers: Sequence[str], table: str, item_spec, timeout_ms: int
+) -> dict[str, int]:
+    """Checks every server and table before any work; returns their insert counts."""
+    inserted = {}
+    for address in servers:
+        client = table_info.connect(address)
+        try:
+            info = table_info.fetch_table_info(client, table, timeout_ms=timeout_ms)
+        except errors.ReverbConnectionError as e:
+            raise errors.ReverbConnectionError(
+                f'{e} Nothing was read or written; the servers were {", ".join(servers)}.'
+            ) from e
+        table_info.check_signature(info, item_spec, found=f'the items pushed to {address}')
+        inserted[address] = table_info.count_inserted(info)
+    return inserted
+
+
+def _probe_servers(servers: Sequence[str], table: str) -> dict[str, int | None]:
+    """Returns each server's insert count now, None for one that does not answer."""
+    found = {}
+    for address in servers:
+        try:
+            info = table_info.fetch_table_info(reverb.Client(address), table, timeout_ms=2_000)
+            found[address] = table_info.count_inserted(info)
+        except (errors.RldsReverbError, reverb.errors.ReverbError, RuntimeError):
+            found[address] = None
+    return found
+
+
+def _worker_message(error: BaseException) -> str:
+    """Returns the worker's own error from a runner's exception text, else the text."""
+    text = str(error)
+    found = re.findall(re.escape(_WORKER_ERROR) + r'(.*)', text)
+    if found:
+        return found[-1].strip().rstrip('\'"')
+    return ' '.join(text.split())[-2000:]
+
+
+class _ProgressPoller:
+    """Calls `progress(items)` with the items the servers gained, every half second."""
+
+    def __init__(self, servers, table, before, progress):
+        self._args = servers, table, before, progress
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self):
+        servers, table, before, progress = self._args
+        while not self._stop.wait(_PROGRESS_PERIOD_S):
+            now = _probe_servers(servers, table)
+            progress(sum((now[a] or before[a]) - before[a] for a in servers))
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_):
+        self._stop.set()
+        self._thread.join()
+
+
+def _make_options(pipeline_options) -> PipelineOptions:
+    if pipeline_options is None:
+        return PipelineOptions(['--runner=DirectRunner'])
+    if isinstance(pipeline_options, PipelineOptions):
+        return pipeline_options
+    return PipelineOptions(list(pipeline_options))
+
+
+def build_pipeline(pipeline: beam.Pipeline, job: _Job, shards: list[routing.ShardRange]):
+    """Adds the plan, route and write stages to `pipeline`; returns the written counts."""
+    planned = (
+        pipeline
+        | 'Shards' >> beam.Create(shards)
+        | 'Spread shards' >> beam.Reshuffle()
+        | 'Plan' >> beam.ParDo(_PlanShard(job))
+    )
+    placement = (
+        planned
+        | 'Item counts' >> beam.Map(lambda e: (e.index, e.num_items))
+        | 'All counts' >> beam.combiners.ToList()
+        | 'Place' >> beam.Map(_place, len(job.servers))
+    )
+    return (
+        planned
+        | 'Route'
+        >> beam.Map(lambda e, where: (where[e.index], e), where=beam.pvalue.AsSingleton(placement))
+        | 'By server' >> beam.GroupByKey()
+        | 'Write' >> beam.ParDo(_WritePartition(job))
+    )
+
+
+def push_with_beam(
+    source: str | os.PathLike,
+    servers: str | Sequence[str],
+    table: str,
+    *,
+    split: str = 'train',
+    data_dir: str | os.PathLike | None = None,
+    item: items_lib.ItemKind | None = None,
+    priority: float | PriorityFn = 1.0,
+    on_invalid: types.ValidationMode | str = types.ValidationMode.RAISE,
+    policy_info_fn: specs.PolicyInfoFn = None,
+    timeout_ms: int = push_lib.DEFAULT_TIMEOUT_MS,
+    max_in_flight_items: int = push_lib.DEFAULT_MAX_IN_FLIGHT_ITEMS,
+    allow_eviction: bool = False,
+    engine: engines.EngineKind | str = engines.EngineKind.AUTO,
+    pipeline_options: PipelineOptions | Sequence[str] | None = None,
+    result_dir: str | None = None,
+    progress: ProgressFn | None = None,
+) -> BeamPushResult:
+    """Pushes a TFDS RLDS dataset into one table on one or several Reverb servers, on Beam.
+
+    Args:
+      source: A TFDS dataset directory, or a TFDS name found in `data_dir`.
+      servers: 'host:port' addresses (a list, or one string, comma-separated).
+      table: The table, on every server; this pipeline must be its only writer.
+      split: A split name (no slicing: the pipeline reads whole shards).
+      data_dir: Where to look a TFDS name up.
+      item: The item kind (`rlds_reverb.items`), not crossing episodes; default TwoStep.
+      priority: A constant >= 0, or `fn(item_batch) -> [N]` (as for `push`).
+      on_invalid: `'raise'` (the pipeline fails before writing anything) or `'skip'`
+        (invalid episodes are dropped whole and counted in `skipped_episodes`).
+      policy_info_fn: Optional `fn(current_step, next_step)` (two-step items).
+      timeout_ms: The most any wait on a server may take.
+      max_in_flight_items: The most items pending on a server per writer.
+      allow_eviction: Whether a table may remove items to make room.
+      engine: Which Reverb writer (`engines.EngineKind`).
+      pipeline_options: Beam options (`PipelineOptions` or flags such as
+        `['--runner=DirectRunner', '--direct_num_workers=2',
+        '--direct_running_mode=multi_processing']`); default: the DirectRunner.
+      result_dir: Where writers leave their counts (a directory every worker and this
+        process can reach, e.g. `gs://...` on Dataflow); default: a local temp dir.
+      progress: Optional `fn(items)`, called about every 0.5 s with the items the servers
+        gained so far.
+
+    Returns:
+      `BeamPushResult`: episodes, steps, items and skipped episodes per server, with what
+      each server reports (`inserted`); the items equal the servers' insert counts.
+
+    Raises:
+      ValueError: If an option is invalid (including items that cross episodes).
+      SourceError: If the source is not a prepared TFDS RLDS dataset.
+      ReverbConnectionError: If a server does not answer at start (named; nothing written).
+      TableError: If the table is missing on a server (lists the tables that exist).
+      SpecMismatchError: If a table's signature differs from the items.
+      DistributedPushError: If the pipeline fails (an invalid episode in raise mode, a server
+        dying mid-way, a table too small): names the cause and what each server holds.
+
+    Example:
+      >>> result = push_with_beam('/data/cartpole_v1/1.0.0', ['h1:8000', 'h2:8000'], 'replay',
+      ...                         pipeline_options=['--direct_num_workers=2',
+      ...                                           '--direct_running_mode=multi_processing'])
+      >>> print(result.format())
+    """
+    started = time.perf_counter()
+    item = items_lib.TwoStep() if item is None else item
+    push_lib._check_options(item, priority, timeout_ms, max_in_flight_items)
+    if item.crosses_episodes:
+        raise ValueError(
+            f'{item} items cross episodes; the Beam pipeline writes per-episode items only.'
+        )
+    mode = types.parse_on_invalid(on_invalid, function='push_with_beam')
+    if mode is types.ValidationMode.REPORT:
+        raise ValueError("on_invalid='report' writes nothing; call rlds_reverb.validate().")
+    engine = types.as_enum(engines.EngineKind, engine, argument='engine')
+    addresses = [s.strip() for s in servers.split(',')] if isinstance(servers, str) else servers
+    addresses = [str(a) for a in addresses]
+    if not addresses or len(set(addresses)) != len(addresses):
+        raise ValueError(f'servers={servers!r} is not valid; expected distinct host:port values.')
+    builder = loading.open_builder(source, data_dir=data_dir)
+    shards = routing.list_shard_ranges(builder, split)
+    episodes = loading.load(builder.data_dir, split=split)  # Checks features and shards.
+    validation.check_step_spec(specs.get_step_spec(episodes))
+    item_spec = item.compute_item_spec(episodes, policy_info_fn=policy_info_fn)
+    before = _check_servers(addresses, table, item_spec, timeout_ms)
+    job = _Job(
+        dataset_dir=os.fspath(builder.data_dir),
+        split=split,
+        servers=tuple(addresses),
+        table=table,
+        item=item,
+        priority=priority,
+        policy_info_fn=policy_info_fn,
+        mode=mode,
+        engine=engine,
+        timeout_ms=timeout_ms,
+        max_in_flight_items=max_in_flight_items,
+        allow_eviction=allow_eviction,
+        result_dir=result_dir or tempfile.mkdtemp(prefix='rlds_reverb_beam_'),
+    )
+    pipeline = beam.Pipeline(options=_make_options(pipeline_options))
+    build_pipeline(pipeline, job, shards)
+    poller = _ProgressPoller(addresses, table, before, progress) if progress else None
+    try:
+        if poller:
+            poller.__enter__()
+        pipeline.run().wait_until_finish()  # Not `with Pipeline()`: that would run it again.
+    except Exception as e:
+        raise _describe_failure(e, job, before) from e
+    finally:
+        if poller:
+            poller.__exit__()
+    result = _collect(job, before)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _describe_failure(error: Exception, job: _Job, before: dict) -> DistributedPushError:
+    now = _probe_servers(job.servers, job.table)
+    held = '; '.join(
+        f'{a}: not answering' if now[a] is None else f'{a}: {now[a]} items ({before[a]} before)'
+        for a in job.servers
+    )
+    return DistributedPushError(
+        f'The Beam push into table {job.table!r} failed: {_worker_message(error)} What the '
+        f'servers hold now: {held}. Every item there is whole and in order; re-run the same '
+        'push (after restarting a dead server, from its checkpoint if it has one) to continue '
+        'exactly.',
+        episodes_written=0,
+        items_written=sum(v - before[a] for a, v in now.items() if v is not None),
+    )
+
+
+def _collect(job: _Job, before: dict) -> BeamPushResult:
+    """Reads the writers' counts and what the servers report; checks they agree."""
+    servers = []
+    now = _probe_servers(job.servers, job.table)
+    for position, address in enumerate(job.servers):
+        path = _result_path(job.result_dir, position)
+        if FileSystems.exists(path):
+            with FileSystems.open(path) as f:
+                counts = ServerCounts(**json.loads(f.read().decode()))
+        else:  # No episode was routed here.
+            counts = ServerCounts(address)
+        counts.inserted = now[address] if now[address] is not None else -1
+        counts.inserted_before = before[address]
+        servers.append(counts)
+    wrong = [s for s in servers if s.inserted != s.items]
+    if wrong:
+        detail = '; '.join(f'{s.address}: {s.inserted} inserted, {s.items} planned' for s in wrong)
+        raise DistributedPushError(
+            f'The servers do not hold what the pipeline planned ({detail}). Was another '
+            'writer using the table? Re-run the push to complete it.',
+            episodes_written=0,
+            items_written=sum(max(s.inserted, 0) for s in servers),
+        )
+    return BeamPushResult(job.table, servers)

@@ -1,0 +1,113 @@
+"""Where each episode goes: shard ranges of a TFDS split, and episodes balanced over servers.
+
+Nothing here imports Apache Beam: the pipeline (`rlds_reverb.distribute.pipeline`) and its
+tests use these plain functions.
+
+* `list_shard_ranges` cuts a TFDS split into one range of episode indices per shard file
+  (`builder.info.splits[split].file_instructions`), the unit a worker reads.
+* `assign_servers` places each episode on a server: in episode-index order, each episode
+  goes to the server with the fewest items so far (ties: the first in the list). It is a
+  function of the dataset, the split, the item kind and the server list only, so a re-run
+  places every episode where it went before, and the servers' item counts differ by at most
+  one episode's items.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+from collections.abc import Sequence
+
+import numpy as np
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardRange:
+    """Episodes `[first, first + count)` of a split, stored in one shard file."""
+
+    filename: str
+    first: int
+    count: int
+
+
+def list_shard_ranges(builder, split: str) -> list[ShardRange]:
+    """Returns the split's episodes as one range of indices per shard file, in order.
+
+    Args:
+      builder: A TFDS builder (prepared).
+      split: A split name without slicing (`'train'`).
+
+    Returns:
+      The ranges, covering `0..N-1` in order.
+
+    Raises:
+      ValueError: If `split` uses TFDS slicing (`'train[:10%]'`), or is not a split.
+
+    Example:
+      >>> list_shard_ranges(tfds.builder_from_directory(path), 'train')[0]
+      ShardRange(filename='.../name-train.tfrecord-00000-of-00003', first=0, count=5)
+    """
+    if '[' in split or '+' in split:
+        raise ValueError(
+            f'split={split!r} is not valid here; the Beam pipeline reads whole splits by shard '
+            "(a name such as 'train'); slice the dataset with TFDS before pushing instead."
+        )
+    if split not in builder.info.splits:
+        raise ValueError(
+            f'split={split!r} is not a split of {builder.info.full_name}; it has '
+            f'{sorted(builder.info.splits.keys())}.'
+        )
+    ranges, first = [], 0
+    for instruction in builder.info.splits[split].file_instructions:
+        count = int(instruction.take if instruction.take >= 0 else instruction.examples_in_shard)
+        count = min(count, int(instruction.examples_in_shard) - int(instruction.skip))
+        if count > 0:
+            ranges.append(ShardRange(str(instruction.filename), first, count))
+        first += max(count, 0)
+    return ranges
+
+
+def assign_servers(counts: Sequence[int], num_servers: int) -> np.ndarray:
+    """Returns the server position of each episode, balancing the servers' item counts.
+
+    Episodes are placed in index order, each on the server holding the fewest items so far
+    (ties: the lowest position). Episodes that give no items (invalid, skipped) go to the
+    server holding the fewest episodes so far, so that they are counted somewhere.
+
+    Args:
+      counts: The items of each episode, by episode index.
+      num_servers: How many servers.
+
+    Returns:
+      int64 `[len(counts)]`: the server position (0..num_servers-1) of each episode.
+
+    Raises:
+      ValueError: If `num_servers` < 1.
+
+    Example:
+      >>> assign_servers([5, 1, 1, 3], 2)  # array([0, 1, 1, 1])
+    """
+    if num_servers < 1:
+        raise ValueError(f'num_servers={num_servers} is not valid; expected >= 1.')
+    heap = [(0, 0, server) for server in range(num_servers)]  # (items, episodes, server)
+    placement = np.empty(len(counts), dtype=np.int64)
+    for index, count in enumerate(counts):
+        items, episodes, server = heapq.heappop(heap)
+        placement[index] = server
+        heapq.heappush(heap, (items + int(count), episodes + 1, server))
+    return placement
+
+
+def describe_spread(items_per_server: Sequence[int]) -> str:
+    """Returns 'items per server: a, b (spread x%)': the largest over the mean, minus one."""
+    values = [int(v) for v in items_per_server]
+    mean = sum(values) / len(values) if values else 0.0
+    spread = (max(values) / mean - 1.0) if mean > 0 else 0.0
+    return f'items per server: {", ".join(map(str, values))} (spread {100 * spread:.1f}%)'
+
+
+def compute_spread(items_per_server: Sequence[int]) -> float:
+    """Returns the largest server's items over the mean, minus one (0.0: perfectly even)."""
+    values = [int(v) for v in items_per_server]
+    mean = sum(values) / len(values) if values else 0.0
+    return (max(values) / mean - 1.0) if mean > 0 else 0.0

@@ -1,0 +1,378 @@
+"""The Beam pipeline into several Reverb servers: routing, exact counts, exactly once, faults.
+
+Real parts only: TFDS directories written to tmp, in-process and subprocess Reverb servers,
+Beam's DirectRunner. Every episode's observation is (episode index, step index), so each
+item names its origin and a drained table shows duplicates and gaps.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+import numpy as np
+import pytest
+import reverb
+
+from rlds_reverb.core import errors
+from rlds_reverb.data.loading import load, open_builder
+from rlds_reverb.distribute import routing
+from rlds_reverb.serve import table_info, tables
+from rlds_reverb.transform import items
+from rlds_reverb.transform.plans import count_items_per_episode, make_episode_plans
+from rlds_reverb.write import engines, resume
+from tests import builders
+
+pipeline = pytest.importorskip('rlds_reverb.distribute.pipeline')  # The `beam` extra.
+
+_TABLE = 'replay'
+_LENGTHS = [12, 30, 7, 25, 18, 3, 40, 10, 22]
+_INVALID = 4  # Its reward is NaN in the dataset with an invalid episode.
+_NO_BEAM_LOGS = {'TF_CPP_MIN_LOG_LEVEL': '3'}
+
+
+def _indexed_episode(index: int, length: int, *, invalid: bool = False) -> dict:
+    observation = np.stack([np.full(length, index), np.arange(length)], axis=1)
+    reward = np.arange(length, dtype=np.float32)
+    if invalid:
+        reward[1] = np.nan
+    return builders.episode(length, observation=observation.astype(np.float32), reward=reward)
+
+
+def _write(directory, lengths, *, invalid=None, name='indexed', per_shard=3):
+    episodes = [_indexed_episode(i, n, invalid=i == invalid) for i, n in enumerate(lengths)]
+    return builders.write_tfds(directory, episodes, name=name, episodes_per_shard=per_shard)
+
+
+@pytest.fixture(scope='module')
+def dataset_dir(tmp_path_factory):
+    return _write(tmp_path_factory.mktemp('beam'), _LENGTHS)
+
+
+@pytest.fixture(scope='module')
+def invalid_dir(tmp_path_factory):
+    return _write(tmp_path_factory.mktemp('beam_invalid'), _LENGTHS, invalid=_INVALID)
+
+
+def _fifo_table(signature, max_size=10_000) -> reverb.Table:
+    return reverb.Table(
+        name=_TABLE,
+        sampler=reverb.selectors.Fifo(),
+        remover=reverb.selectors.Fifo(),
+        max_size=max_size,
+        rate_limiter=reverb.rate_limiters.MinSize(1),
+        max_times_sampled=1,
+        signature=signature,
+    )
+
+
+@pytest.fixture
+def servers(dataset_dir):
+    signature = tables.signature_for(items.TwoStep(), load(dataset_dir))
+    running = [reverb.Server([_fifo_table(signature)]) for _ in range(2)]
+    yield [f'localhost:{s.port}' for s in running]
+    for server in running:
+        server.stop()
+
+
+def _inserted(address: str) -> int:
+    return resume.count_inserted(reverb.Client(address), _TABLE, timeout_ms=2_000)
+
+
+def _drain(address: str) -> list[tuple[int, int]]:
+    """Samples every item once (FIFO, removed when sampled); returns (episode, step) of each."""
+    count = reverb.Client(address).server_info()[_TABLE].current_size
+    if count == 0:
+        return []
+    dataset = reverb.TrajectoryDataset.from_table_signature(
+        address, _TABLE, max_in_flight_samples_per_worker=16, rate_limiter_timeout_ms=2_000
+    )
+    origins = []
+    for sample in dataset.take(count).batch(1024):
+        observation = sample.data.observation.numpy()[:, 0]  # First step of each item.
+        origins += [(int(e), int(t)) for e, t in observation]
+    return origins
+
+
+def _expected(lengths, skip=()) -> list[tuple[int, int]]:
+    return [(e, t) for e, n in enumerate(lengths) if e not in skip for t in range(n - 1)]
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(('localhost', 0))
+        return sock.getsockname()[1]
+
+
+# --- Routing (no Beam) -----------------------------------------------------------------------
+
+
+def test_assign_servers_balances_items_and_is_stable():
+    counts = [500, 20, 20, 300, 10, 200, 0, 50]
+    placement = routing.assign_servers(counts, 2)
+    assert placement.tolist() == routing.assign_servers(counts, 2).tolist()
+    per_server = [sum(c for c, s in zip(counts, placement, strict=True) if s == k) for k in (0, 1)]
+    assert abs(per_server[0] - per_server[1]) <= max(counts)
+    assert routing.assign_servers([5, 1, 1, 3], 2).tolist() == [0, 1, 1, 1]
+    assert routing.compute_spread([100, 100]) == 0.0
+    with pytest.raises(ValueError, match='num_servers=0'):
+        routing.assign_servers(counts, 0)
+
+
+def test_list_shard_ranges_covers_the_split_by_shard(dataset_dir):
+    ranges = routing.list_shard_ranges(open_builder(dataset_dir), 'train')
+    assert [(r.first, r.count) for r in ranges] == [(0, 3), (3, 3), (6, 3)]
+    assert len({r.filename for r in ranges}) == 3
+    with pytest.raises(ValueError, match='reads whole splits by shard'):
+        routing.list_shard_ranges(open_builder(dataset_dir), 'train[:50%]')
+    with pytest.raises(ValueError, match="split='test' is not a split"):
+        routing.list_shard_ranges(open_builder(dataset_dir), 'test')
+
+
+# --- Item-level resume (no Beam) -------------------------------------------------------------
+
+
+def test_find_resume_point_counts_items_of_a_partly_written_episode():
+    assert resume.find_resume_point(8, np.array([3, 3, 3, 3])) == (2, 2)
+    assert resume.find_resume_point(6, np.array([3, 3, 0, 3])) == (3, 0)
+    assert resume.find_resume_point(0, np.array([], dtype=np.int64)) == (0, 0)
+    with pytest.raises(resume.ResumeError, match='more than the 12 items'):
+        resume.find_resume_point(13, np.array([3, 3, 3, 3]))
+
+
+def test_push_resumable_completes_a_partly_written_episode(dataset_dir, servers):
+    episodes, item = load(dataset_dir), items.TwoStep()
+    client = reverb.Client(servers[0])
+    counts = count_items_per_episode(episodes, item)
+    plans = list(make_episode_plans(episodes, item).as_numpy_iterator())
+    engine = engines.TrajectoryEngine(
+        client, item, [_TABLE], priority=1.0, max_in_flight_items=8, timeout_ms=5_000
+    )
+    engine.write_episode(plans[0])
+    first_items = resume.order_items(plans[1])[:10]  # What a crash would have left.
+    engine.write_episode(
+        plans[1]._replace(
+            starts=plans[1].starts[np.sort(first_items)], sizes=plans[1].sizes[np.sort(first_items)]
+        )
+    )
+    assert _inserted(servers[0]) == counts[0] + 10
+    stats = resume.push_resumable(episodes, client, _TABLE, item=item)
+    assert stats.items[_TABLE] == counts.sum() - counts[0] - 10
+    assert sorted(_drain(servers[0])) == _expected(_LENGTHS)
+    with pytest.raises(ValueError, match='held=99 is not valid'):
+        resume.write_remaining_items(client, _TABLE, plans[5], 99, item=item, priority=1.0)
+
+
+# --- The pipeline ----------------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_replayed_bundles_and_reruns_write_every_item_exactly_once(invalid_dir, servers):
+    options = ['--runner=DirectRunner', '--direct_runner_bundle_repeat=1']
+    result = pipeline.push_with_beam(
+        invalid_dir, servers, _TABLE, on_invalid='skip', pipeline_options=options
+    )
+    counts = count_items_per_episode(load(invalid_dir), items.TwoStep())
+    assert result.items == counts.sum() == len(_expected(_LENGTHS, skip={_INVALID}))
+    assert result.skipped_episodes == 1
+    assert result.episodes == len(_LENGTHS) - 1
+    assert result.steps == sum(_LENGTHS) - _LENGTHS[_INVALID]
+    for server in result.servers:  # What the pipeline says is what the servers report.
+        info = reverb.Client(server.address).server_info()[_TABLE]
+        assert server.items == server.inserted == info.current_size
+        assert server.items == table_info.count_inserted(info)
+    assert abs(result.servers[0].items - result.servers[1].items) <= max(counts)
+    assert 'spread' in result.format()
+
+    again = pipeline.push_with_beam(  # A re-run writes nothing: everything is there.
+        invalid_dir, servers, _TABLE, on_invalid='skip', pipeline_options=options
+    )
+    assert [s.inserted for s in again.servers] == [s.inserted for s in result.servers]
+    drained = [_drain(address) for address in servers]
+    assert sorted(drained[0] + drained[1]) == _expected(_LENGTHS, skip={_INVALID})
+    placed = [{e for e, _ in origins} for origins in drained]
+    assert not placed[0] & placed[1]  # Every episode on one server, whole.
+
+
+def test_a_server_down_at_start_is_named_before_any_work(dataset_dir, servers):
+    dead = f'localhost:{_free_port()}'
+    with pytest.raises(errors.ReverbConnectionError, match=f'{dead}.*Nothing was read or written'):
+        pipeline.push_with_beam(dataset_dir, [servers[0], dead], _TABLE, timeout_ms=1_000)
+    assert _inserted(servers[0]) == 0
+
+
+def test_an_invalid_episode_in_raise_mode_fails_before_anything_is_written(invalid_dir, servers):
+    with pytest.raises(pipeline.DistributedPushError, match=f'Episode {_INVALID} is invalid'):
+        pipeline.push_with_beam(invalid_dir, servers, _TABLE)
+    assert [_inserted(a) for a in servers] == [0, 0]
+
+
+def test_options_are_checked_before_any_work(dataset_dir, servers):
+    with pytest.raises(ValueError, match='cross episodes'):
+        pipeline.push_with_beam(
+            dataset_dir,
+            servers,
+            _TABLE,
+            item=items.Sequence(2, 1, 'continue'),
+        )
+    with pytest.raises(ValueError, match='distinct host:port'):
+        pipeline.push_with_beam(dataset_dir, [servers[0], servers[0]], _TABLE)
+    with pytest.raises(errors.TableError, match="Could not find table 'other'"):
+        pipeline.push_with_beam(dataset_dir, servers, 'other')
+
+
+# --- Faults: a worker killed mid-episode, a server killed and restarted -----------------------
+
+_LONG = [300] * 8  # Long episodes: a kill lands inside one.
+
+
+@pytest.fixture(scope='module')
+def long_dir(tmp_path_factory):
+    return _write(tmp_path_factory.mktemp('beam_long'), _LONG, name='long', per_shard=2)
+
+
+def _partition_counts(lengths, num_servers):
+    counts = [n - 1 for n in lengths]
+    placement = routing.assign_servers(counts, num_servers)
+    return [
+        np.array([c for c, s in zip(counts, placement, strict=True) if s == k])
+        for k in range(num_servers)
+    ]
+
+
+@pytest.mark.slow
+def test_a_worker_killed_mid_episode_then_a_rerun_writes_exactly_once(long_dir, subprocess_env):
+    signature = tables.signature_for(items.TwoStep(), load(long_dir))
+    running = [reverb.Server([_fifo_table(signature)]) for _ in range(2)]
+    addresses = [f'localhost:{s.port}' for s in running]
+    script = (
+        'import sys; from rlds_reverb.distribute import pipeline; '
+        'pipeline.push_with_beam(sys.argv[1], sys.argv[2], "replay", max_in_flight_items=2)'
+    )
+    worker = subprocess.Popen(
+        [sys.executable, '-c', script, str(long_dir), ','.join(addresses)],
+        env=dict(subprocess_env, **_NO_BEAM_LOGS),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    partitions = _partition_counts(_LONG, 2)
+    try:
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and worker.poll() is None:
+            held = [_inserted(a) for a in addresses]
+            points = [resume.find_resume_point(h, c) for h, c in zip(held, partitions, strict=True)]
+            if any(p.items for p in points):
+                os.kill(worker.pid, signal.SIGKILL)  # In the middle of an episode.
+                break
+            time.sleep(0.002)
+    finally:
+        worker.kill()
+        worker.wait(timeout=30)
+    time.sleep(0.5)  # Items the server had received land.
+    held = [_inserted(a) for a in addresses]
+    assert 0 < sum(held) < sum(_LONG) - len(_LONG), 'the kill did not land mid-push'
+    result = pipeline.push_with_beam(long_dir, addresses, _TABLE)
+    assert [s.inserted for s in result.servers] == [int(c.sum()) for c in partitions]
+    drained = _drain(addresses[0]) + _drain(addresses[1])
+    assert sorted(drained) == _expected(_LONG)
+    for server in running:
+        server.stop()
+
+
+@pytest.mark.slow
+def test_a_server_killed_mid_pipeline_is_named_and_a_restart_and_rerun_complete_it(
+    long_dir, tmp_path, run_cli
+):
+    signature = tables.signature_for(items.TwoStep(), load(long_dir))
+    local = reverb.Server([_fifo_table(signature)])
+    port = _free_port()
+    remote = f'localhost:{port}'
+    serve_args = ['serve', long_dir, '--count', 1, '--port', port, '--table-preset', 'fifo']
+    serve_args += ['--checkpoint-dir', tmp_path / 'ckpt']
+
+    @contextlib.contextmanager
+    def remote_server():
+        process = run_cli.start(*serve_args)
+        try:
+            line = process.stdout.readline()
+            assert f'on {remote};' in line, line
+            yield process
+        finally:
+            process.kill()
+            process.wait(timeout=30)
+
+    addresses = [remote, f'localhost:{local.port}']
+    failure = {}
+
+    def run():
+        try:
+            pipeline.push_with_beam(
+                long_dir, addresses, _TABLE, timeout_ms=3_000, max_in_flight_items=2
+            )
+        except Exception as e:
+            failure['error'] = e
+
+    with remote_server() as process:
+        pusher = threading.Thread(target=run)
+        pusher.start()
+        client = reverb.Client(remote)
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and _inserted(remote) < 200:
+            time.sleep(0.002)
+        client.checkpoint()
+        checkpointed = _inserted(remote)
+        while time.monotonic() < deadline and _inserted(remote) < checkpointed + 50:
+            time.sleep(0.002)
+        process.send_signal(signal.SIGKILL)
+        pusher.join(timeout=120)
+    error = failure.get('error')
+    assert isinstance(error, pipeline.DistributedPushError), error
+    assert f'Reverb server at {remote}' in str(error)
+    assert f'{remote}: not answering' in str(error)
+
+    with remote_server():
+        assert _inserted(remote) == checkpointed  # Restored: items after it are lost.
+        result = pipeline.push_with_beam(long_dir, addresses, _TABLE)
+        partitions = _partition_counts(_LONG, 2)
+        assert [s.inserted for s in result.servers] == [int(c.sum()) for c in partitions]
+        drained = _drain(remote) + _drain(addresses[1])
+    assert sorted(drained) == _expected(_LONG)
+    local.stop()
+
+
+# --- The command line ------------------------------------------------------------------------
+
+
+def test_cli_push_servers_runs_the_pipeline(run_cli, dataset_dir, servers):
+    code, out, err = run_cli(
+        'push',
+        dataset_dir,
+        '--servers',
+        ','.join(servers),
+        '--runner',
+        'DirectRunner',
+        '--table',
+        _TABLE,
+        '--no-progress',
+        '--direct_runner_bundle_repeat=1',
+    )
+    assert code == 0, err
+    total = len(_expected(_LENGTHS))
+    assert f'Pushed {total} items ({len(_LENGTHS)} episodes' in out
+    assert 'spread' in out
+    assert sum(_inserted(a) for a in servers) == total
+
+
+def test_cli_push_refuses_beam_options_without_servers(run_cli, dataset_dir, servers):
+    code, _, err = run_cli('push', dataset_dir, '--server', servers[0], '--direct_num_workers=2')
+    assert code == 2 and 'unrecognized arguments: --direct_num_workers=2' in err
+    code, _, err = run_cli('push', dataset_dir, '--servers', servers[0], '--workers', 2)
+    assert code == 2 and '--servers runs the Beam pipeline' in err
+    with pytest.raises(SystemExit):
+        run_cli('info', dataset_dir, '--direct_num_workers=2')
