@@ -228,7 +228,12 @@ def _with_text_reward(root: pathlib.Path, variant: Variant) -> pathlib.Path:
     template = tfds.core.ShardedFileTemplate(
         data_dir=directory, dataset_name=_NAME, split='train', filetype_suffix='tfrecord'
     )
-    lengths = tfds_writer._write_shards(records, template, episodes_per_shard=1)
+    lengths = []
+    for index, record in enumerate(records):
+        path = template.sharded_filepath(shard_index=index, num_shards=len(records))
+        with tf.io.TFRecordWriter(str(path)) as writer:
+            writer.write(record)
+        lengths.append(1)
     split = tfds.core.SplitInfo(
         name='train',
         shard_lengths=lengths,
