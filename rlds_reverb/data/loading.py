@@ -376,7 +376,7 @@ def _with_discount(episodes: tf.data.Dataset, *, where: str) -> tf.data.Dataset:
         return episodes  # get_step_spec names every missing field.
     warnings.warn(
         f"The steps of {where} have no '{types.DISCOUNT}' field; using 1.0 on every step "
-        '(the is_terminal flag decides termination: two-step and n-step transitions into a terminal step get discount 0; sequence and episode items keep 1.0 beside the flags).',
+        '(the is_terminal flag decides termination: every transition into a terminal step gets discount 0).',
         UserWarning,
         stacklevel=4,  # The caller of `load`.
     )
