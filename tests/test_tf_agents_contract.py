@@ -273,3 +273,23 @@ def test_d6_next_step_after_an_episode_is_a_zero_first_step():
     np.testing.assert_array_equal(theirs['next_reward'], [1.0, 5.0, 6.0, 0.0])
     np.testing.assert_array_equal(ours['next_reward'], [1.0, 0.0, 6.0, 0.0])
     np.testing.assert_array_equal(ours['next_first'], [False, True, False, True])
+
+
+def test_push_rlds_to_reverb_refuses_a_table_without_signature_and_bad_options():
+    data = _upstream_episodes('complete_episode')
+    server = reverb.Server([tables.uniform('unsigned', max_size=100)])
+    try:
+        client = reverb.Client(f'localhost:{server.port}')
+        observer = reverb_utils.ReverbAddTrajectoryObserver(client, 'unsigned', 2)
+        with pytest.raises(errors.SpecMismatchError) as caught:
+            rlds_reverb.push_rlds_to_reverb(data, observer)
+        assert (
+            str(caught.value) == 'Replay buffer table signature spec should match RLDS data spec.'
+        )
+        assert 'has no signature' in caught.value.__notes__[0]
+        with pytest.raises(ValueError, match="extra_fields='keep' is not valid"):
+            rlds_reverb.push_rlds_to_reverb(data, observer, extra_fields='keep')
+        assert client.server_info()['unsigned'].current_size == 0
+        observer.close()
+    finally:
+        server.stop()
