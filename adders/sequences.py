@@ -29,7 +29,9 @@ burn-in. For 8 steps, `length=4`, `burn_in=2` (so `period=2`), `*` marking burn-
                 [4* 5* 6  7 ]
 
 Every window is a dict of `[length, ...]` tensors (shorter for TRUNCATE) holding the step
-fields plus `mask` (true on real steps, false on padding) and `is_burn_in`. Episode-level
+fields plus `mask` (true on real steps, false on padding) and `is_burn_in`. The discount of
+the transition into a terminal step, and of the terminal step itself, is 0 whatever the
+data says (docs/semantics.md §1), as in two-step trajectories. Episode-level
 fields of RLDS episodes are not carried into windows.
 """
 
@@ -86,7 +88,9 @@ def sequences(
         if end is types.EndBehavior.CONTINUE:
             return _continue_windows(dataset, length, period, burn_in)
         windows = _episode.to_steps_tensors(dataset).map(
-            lambda steps: episode_windows(steps, length, period, end, burn_in),
+            lambda steps: episode_windows(
+                episodes.apply_terminal_discounts(steps), length, period, end, burn_in
+            ),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
         )
@@ -164,10 +168,11 @@ def _continue_windows(
     dataset: tf.data.Dataset, length: int, period: int, burn_in: int
 ) -> tf.data.Dataset:
     """Windows over the stream of all steps, crossing episode boundaries (CONTINUE)."""
-    if _episode.is_rlds(dataset):
-        stream = dataset.flat_map(lambda episode: episode[types.STEPS])
-    else:
-        stream = dataset.flat_map(tf.data.Dataset.from_tensor_slices)
+    # Each episode's discounts follow its flags before the episodes become one stream.
+    tensors = _episode.to_steps_tensors(dataset).map(
+        episodes.apply_terminal_discounts, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+    )
+    stream = tensors.flat_map(tf.data.Dataset.from_tensor_slices)
     windows = stream.window(length, shift=period, drop_remainder=False)
     windows = windows.flat_map(lambda w: tf.data.Dataset.zip(w).batch(length))
 

@@ -63,13 +63,23 @@ def n_step_items(case: dict) -> list[dict]:
     return items
 
 
+def _with_terminal_discounts(steps: dict) -> dict:
+    """The steps with discount 0 on the last two steps when the episode is terminated."""
+    if not steps[types.IS_TERMINAL][-1]:
+        return steps
+    discount = np.array(steps[types.DISCOUNT], copy=True)
+    discount[-2:] = 0
+    return {**steps, types.DISCOUNT: discount}
+
+
 def window_items(case: dict) -> list[dict]:
     """The windows of a `sequence_cases` case: every step field plus `mask`, `[len, ...]`.
 
     A step id 10 e + t names step t of episode e; None (PAD) a null step (zeros, every flag
-    false, `mask` false).
+    false, `mask` false). A terminated episode's last two steps show discount 0 (the
+    transition into the terminal step, and the terminal step: docs/semantics.md §3).
     """
-    episodes = builders.case_episodes(case['episodes'])
+    episodes = [_with_terminal_discounts(e) for e in builders.case_episodes(case['episodes'])]
     null = {**_map(lambda x: np.zeros_like(x[0]), episodes[0]), types.MASK: np.bool_(False)}
     items = []
     for window in case['windows']:

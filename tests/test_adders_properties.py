@@ -132,7 +132,18 @@ def _window(steps, start, length, available):
     return window, valid
 
 
+def _terminal_discounts(steps):
+    """The flags decide: discount 0 into and on the terminal step (docs/semantics.md §3)."""
+    if not steps[types.IS_TERMINAL][-1]:
+        return steps
+    discount = tf.nest.map_structure(np.copy, steps[types.DISCOUNT])
+    for leaf in tf.nest.flatten(discount):
+        leaf[-2:] = 0
+    return {**steps, types.DISCOUNT: discount}
+
+
 def reference_sequences(episodes, length, period, end, burn_in):
+    episodes = [_terminal_discounts(steps) for steps in episodes]
     if end == 'continue':
         episodes = [tf.nest.map_structure(lambda *xs: np.concatenate(xs), *episodes)]
     windows = []

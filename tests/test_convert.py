@@ -279,7 +279,7 @@ def test_missing_discount_filled_by_load_still_ends_terminated_episodes():
     """The loader's warning promise: the flags decide, even when every discount is 1.0."""
     episode = builders.episode(3, ending='terminated')
     del episode[types.DISCOUNT]
-    with pytest.warns(UserWarning, match='transitions into a terminal step get discount 0'):
+    with pytest.warns(UserWarning, match='transition into a terminal step gets discount 0'):
         loaded = rlds_reverb.load(builders.rlds([episode]))
     got = _stack(list(rlds_reverb.convert_rlds_to_trajectories(loaded)))
     np.testing.assert_array_equal(got.discount, [1.0, 0.0, 0.0])

@@ -231,10 +231,10 @@ def test_invalid_episode_messages_hold_tf_agents_sentence_and_our_rule(name, rul
     assert 'episode 0, step' in str(caught.value)
 
 
-# --- D6: signatures compared by dtype and shape -------------------------------------------------
+# --- D7: signatures compared by dtype and shape -------------------------------------------------
 
 
-def test_d6_signature_with_other_names_and_bounds_is_accepted():
+def test_d7_signature_with_other_names_and_bounds_is_accepted():
     data = _upstream_episodes('complete_episode')
     spec = rlds_reverb.create_trajectory_data_spec(data)
     plain = tf.nest.map_structure(lambda s: tf.TensorSpec(s.shape, s.dtype), spec)
@@ -252,6 +252,44 @@ def test_d6_signature_with_other_names_and_bounds_is_accepted():
         # TF-Agents compares names and bounds too (an unbounded discount differs).
         with pytest.raises(ValueError, match='should match RLDS data spec'):
             tfa_rlds.push_rlds_to_reverb(data, observer)
+        observer.close()
+    finally:
+        server.stop()
+
+
+# --- D6: policy_info_fn's next step after an episode's last step -------------------------------
+
+
+def test_d6_next_step_after_an_episode_is_a_zero_first_step():
+    data = builders.rlds([builders.episode(2, ending='truncated'), builders.episode(2, start=5.0)])
+
+    def fn(current, following):
+        del current
+        return {'next_reward': following[types.REWARD], 'next_first': following[types.IS_FIRST]}
+
+    ours = _stack(rlds_reverb.convert_rlds_to_trajectories(data, fn)).policy_info
+    theirs = _stack(tfa_rlds.convert_rlds_to_trajectories(data, fn)).policy_info
+    # Step 1 ends episode 0: TF-Agents shows episode 1's first step (reward 5), we a zero step.
+    np.testing.assert_array_equal(theirs['next_reward'], [1.0, 5.0, 6.0, 0.0])
+    np.testing.assert_array_equal(ours['next_reward'], [1.0, 0.0, 6.0, 0.0])
+    np.testing.assert_array_equal(ours['next_first'], [False, True, False, True])
+
+
+def test_push_rlds_to_reverb_refuses_a_table_without_signature_and_bad_options():
+    data = _upstream_episodes('complete_episode')
+    server = reverb.Server([tables.uniform('unsigned', max_size=100)])
+    try:
+        client = reverb.Client(f'localhost:{server.port}')
+        observer = reverb_utils.ReverbAddTrajectoryObserver(client, 'unsigned', 2)
+        with pytest.raises(errors.SpecMismatchError) as caught:
+            rlds_reverb.push_rlds_to_reverb(data, observer)
+        assert (
+            str(caught.value) == 'Replay buffer table signature spec should match RLDS data spec.'
+        )
+        assert 'has no signature' in caught.value.__notes__[0]
+        with pytest.raises(ValueError, match="extra_fields='keep' is not valid"):
+            rlds_reverb.push_rlds_to_reverb(data, observer, extra_fields='keep')
+        assert client.server_info()['unsigned'].current_size == 0
         observer.close()
     finally:
         server.stop()

@@ -181,3 +181,43 @@ def to_rlds_episodes(episode_tensors: tf.data.Dataset) -> tf.data.Dataset:
       form remembered, see `from_whole_episodes`).
     """
     return from_whole_episodes(episode_tensors.map(lambda steps: {types.STEPS: steps}))
+
+
+
+def compute_terminal_discounts(steps: types.Nest) -> types.Nest:
+    """Returns one episode's discounts with the flags' termination applied (docs/semantics.md §3).
+
+    The transition into a terminal step (`is_terminal` on the next step) and a terminal
+    last step get discount 0, whatever the data says; every other discount is the data's.
+    Two-step trajectories and sequence and episode items all use this, so that none of them
+    bootstraps from a terminal state on data that leaves d_{L-1} at 1 (Open X-Embodiment).
+
+    Args:
+      steps: One episode's steps as whole `[T, ...]` tensors, with `discount`, `is_last` and
+        `is_terminal`.
+
+    Returns:
+      The `discount` nest, same structure, shapes and dtypes.
+
+    Example:
+      >>> compute_terminal_discounts(steps)  # data [1, 1, 1], terminated -> [1, 0, 0]
+    """
+    terminal = steps[types.IS_TERMINAL]
+    into_terminal = tf.concat([terminal[1:], tf.zeros_like(terminal[:1])], axis=0)
+    zero = (steps[types.IS_LAST] & terminal) | into_terminal
+
+    def _discount(d: tf.Tensor) -> tf.Tensor:
+        return tf.where(expand_like(zero, d), tf.zeros_like(d), d)
+
+    return tf.nest.map_structure(_discount, steps[types.DISCOUNT])
+
+
+def apply_terminal_discounts(steps: types.Nest) -> types.Nest:
+    """Returns `steps` with `compute_terminal_discounts` as `discount` (unchanged without one).
+
+    Example:
+      >>> rows = apply_terminal_discounts(steps)
+    """
+    if not all(f in steps for f in (types.DISCOUNT, types.IS_LAST, types.IS_TERMINAL)):
+        return steps
+    return {**steps, types.DISCOUNT: compute_terminal_discounts(steps)}

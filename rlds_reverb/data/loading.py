@@ -597,8 +597,8 @@ def _fill_discount(step: types.Step) -> types.Step:
 def _warn_no_discount(where: str, *, stacklevel: int) -> None:
     warnings.warn(
         f"The steps of {where} have no '{types.DISCOUNT}' field; using 1.0 on every step "
-        '(the is_terminal flag decides termination: two-step and n-step transitions into a '
-        'terminal step get discount 0; sequence and episode items keep 1.0 beside the flags).',
+        '(the is_terminal flag decides termination: every transition into a terminal step '
+        'gets discount 0).',
         UserWarning,
         stacklevel=stacklevel,  # The caller of `load`.
     )

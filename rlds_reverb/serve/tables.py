@@ -242,7 +242,8 @@ def signature_for(
 
     Returns:
       A nest of `TensorSpec`s; for two-step items it equals TF-Agents'
-      `add_outer_dim(create_trajectory_data_spec(episodes))`.
+      `add_outer_dim(create_trajectory_data_spec(episodes))` on data without extra step
+      fields (`items.TwoStep()` carries them as `policy_info`; `TwoStep('drop')` does not).
 
     Example:
       >>> tables.uniform('replay', max_size=10**6,

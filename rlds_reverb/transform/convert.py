@@ -61,17 +61,10 @@ def compute_discounts(steps: types.Nest) -> types.Nest:
     next step) and a last-and-terminal step itself get discount 0, whatever the data says;
     every other step keeps the data's discount. So a learner reading the transition
     (t -> t + 1) from trajectory t never bootstraps from a terminal state, also on layouts
-    that leave d_{L-1} at 1 (Open X-Embodiment).
+    that leave d_{L-1} at 1 (Open X-Embodiment). Sequence and episode items use the same
+    rule (`episodes.compute_terminal_discounts`).
     """
-    terminal = steps[types.IS_TERMINAL]
-    into_terminal = tf.concat([terminal[1:], tf.zeros_like(terminal[:1])], axis=0)
-    zero = (steps[types.IS_LAST] & terminal) | into_terminal
-
-    def _discount(d: tf.Tensor) -> tf.Tensor:
-        mask = tf.reshape(zero, [-1] + [1] * (d.shape.rank - 1))
-        return tf.where(mask, tf.zeros_like(d), d)
-
-    return tf.nest.map_structure(_discount, steps[types.DISCOUNT])
+    return episodes_lib.compute_terminal_discounts(steps)
 
 
 def _shift_to_next_steps(steps: types.Nest) -> types.Nest:

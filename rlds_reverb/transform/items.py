@@ -25,6 +25,10 @@ extra step fields.
 `Sequence` items are the windows of `adders.sequences(length, period, end=end)` without
 `is_burn_in` (docs/semantics.md §6): the step fields plus `mask`, false on padding.
 
+In every kind, the transition into a terminal step has discount 0 whatever the data says
+(two-step and sequence/episode rows: 0 into and on the terminal step; n-step: a transition
+whose window reaches the terminal step has `n_step_discount` 0).
+
 `Episode` items are whole episodes padded to `max_length` with null steps (`mask` false).
 A longer episode is an error unless `overflow` says to split it into `max_length` chunks
 (each padded) or to truncate it to its first `max_length` steps.
@@ -41,6 +45,7 @@ import tensorflow as tf
 from adders import nstep
 from adders.sequences import compute_window_starts
 from rlds_reverb.core import checks, specs, types
+from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core.specs import PolicyInfoFn
 from rlds_reverb.transform import convert
 
@@ -267,9 +272,12 @@ class NStep(ItemKind):
 
 
 def _compute_masked_step_rows(steps: types.Nest, padding: int) -> types.Nest:
-    """Returns the steps plus `mask` (true), followed by `padding` null rows."""
+    """Returns the steps plus `mask` (true), followed by `padding` null rows.
+
+    The discounts follow the flags, as in two-step items: 0 into and on a terminal step.
+    """
     size = tf.shape(steps[types.IS_FIRST])[0]
-    rows = {**steps, types.MASK: tf.ones([size], tf.bool)}
+    rows = {**episodes_lib.apply_terminal_discounts(steps), types.MASK: tf.ones([size], tf.bool)}
     return _append_padding(rows, padding) if padding else rows
 
 
