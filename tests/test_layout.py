@@ -1,7 +1,7 @@
 """The package layout: every module imports only its own layer and the layers below, no cycles.
 
 Layers, bottom-up (README, Architecture): core, data, adders, transform, serve, write,
-learn, examples, cli. Imports inside functions count too: a lazy import is a dependency.
+learn, export, examples, cli. Imports inside functions count too: a lazy import is a dependency.
 """
 
 from __future__ import annotations
@@ -12,7 +12,18 @@ import pathlib
 import pytest
 
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
-_LAYERS = ('core', 'data', 'adders', 'transform', 'serve', 'write', 'learn', 'examples', 'cli')
+_LAYERS = (
+    'core',
+    'data',
+    'adders',
+    'transform',
+    'serve',
+    'write',
+    'learn',
+    'export',
+    'examples',
+    'cli',
+)
 
 
 def _module_name(path: pathlib.Path) -> str:

@@ -134,7 +134,7 @@ def test_batched_driver_keeps_environments_apart(tmp_path):
         ]
         assert match, 'a recorded episode mixes environments'
         remaining.pop(match[0])
-    assert validate(load(tmp_path / 'out'), on_invalid="report").valid == len(recorded)
+    assert validate(load(tmp_path / 'out'), on_invalid='report').valid == len(recorded)
 
 
 def test_an_error_keeps_the_whole_episodes_and_a_kill_is_named(tmp_path):
@@ -147,13 +147,13 @@ def test_an_error_keeps_the_whole_episodes_and_a_kill_is_named(tmp_path):
         if len(calls) == 25:
             raise RuntimeError('collector crashed')
 
-    with pytest.raises(RuntimeError, match='collector crashed') as caught:
-        with recorder.RldsRecorder(tmp_path / 'out', policy.trajectory_spec) as rec:
-            py_driver.PyDriver(env, policy, [rec, fail_late], max_episodes=100).run(env.reset())
+    rec = recorder.RldsRecorder(tmp_path / 'out', policy.trajectory_spec)
+    with pytest.raises(RuntimeError, match='collector crashed') as caught, rec:
+        py_driver.PyDriver(env, policy, [rec, fail_late], max_episodes=100).run(env.reset())
     assert rec.stats.episodes >= 1 and rec.stats.partial_episodes == 1
     assert f'holds the {rec.stats.episodes} whole episode(s)' in str(caught.value.__notes__)
     episodes = load(tmp_path / 'out')
-    assert validate(episodes, on_invalid="report").valid == rec.stats.episodes
+    assert validate(episodes, on_invalid='report').valid == rec.stats.episodes
     # A process killed before closing leaves a hidden staging directory; load names it.
     killed = recorder.RldsRecorder(tmp_path / 'killed', policy.trajectory_spec)
     py_driver.PyDriver(env, policy, [killed], max_episodes=1).run(env.reset())
