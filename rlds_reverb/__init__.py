@@ -8,6 +8,7 @@ The package is arranged by role, in the order data flows through it:
     write/      push into Reverb (writer engines), observers, resumable pushes, seeding
     serve/      table presets and lookups, servers, checkpoints
     learn/      learner datasets: mixing, importance weights, priority updates
+    export/     back to RLDS: export Reverb tables, record TF-Agents drivers
     cli/        the `rlds-reverb` command line
     examples/   the demo agent (offline CQL-DQN from Reverb)
 
@@ -52,6 +53,9 @@ _EXPORTS = {
     'push': 'rlds_reverb.write.push:push',
     'push_rlds_to_reverb': 'rlds_reverb.write.push:push_rlds_to_reverb',
     'seed_server': 'rlds_reverb.write.seed:seed_server',
+    'ExportError': 'rlds_reverb.core.errors:ExportError',
+    'export_table': 'rlds_reverb.export.reverb_export:export_table',
+    'RldsRecorder': 'rlds_reverb.export.recorder:RldsRecorder',
 }
 
 __all__ = ['__version__', *sorted(_EXPORTS)]

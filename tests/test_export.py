@@ -204,3 +204,46 @@ def test_push_refuses_unknown_or_clashing_carried_fields(cartpole_episodes, serv
     with_ids = builders.rlds([builders.episode(3, extras={types.STEP_INDEX: [0, 1, 2]})])
     with pytest.raises(ValueError, match="'step_index' to the steps: they already hold"):
         push_lib.push(with_ids, address, 'replay', add_ids=True)
+
+
+def test_cli_push_with_ids_then_export_and_record(cartpole_dir, tmp_path, server_for, run_cli):
+    episodes = load(cartpole_dir)
+    address = server_for(items.TwoStep(), episodes, episode_fields=METADATA, add_ids=True)
+    fields = [a for f in METADATA for a in ('--episode-field', f)]
+    code, _, _ = run_cli(
+        'push', cartpole_dir, '--server', address, '--add-ids', *fields, '--no-progress'
+    )
+    assert code == 0
+    code, out, _ = run_cli(
+        'export', '--server', address, '--table', 'replay', *fields, tmp_path / 'out'
+    )
+    assert code == 0 and 'Exported 12 episodes' in out and 'two-step-with-ids' in out
+    assert_same_dataset(cartpole_dir, tmp_path / 'out')
+    checkpoint = reverb.Client(address).checkpoint()
+    code, out, _ = run_cli(
+        'export', '--checkpoint', checkpoint, '--table', 'replay', tmp_path / 'again'
+    )
+    assert code == 0 and 'Exported 12 episodes' in out
+    code, out, _ = run_cli(
+        'record',
+        '--episodes',
+        '3',
+        '--policy',
+        'scripted',
+        '--max-episode-steps',
+        '30',
+        tmp_path / 'rec',
+    )
+    assert code == 0 and 'Recorded 3 episodes' in out and '3 truncated' in out
+    assert len(list(load(tmp_path / 'rec'))) == 3
+
+
+def test_cli_export_errors_are_one_line(tmp_path, run_cli):
+    code, _, err = run_cli(
+        'export', '--checkpoint', tmp_path, '--table', 'replay', tmp_path / 'out'
+    )
+    assert code == 2 and 'no complete Reverb checkpoint' in err
+    code, _, err = run_cli(
+        'push', tmp_path, '--server', 'localhost:1', '--add-ids', '--workers', '2'
+    )
+    assert code == 2 and '--add-ids numbers the episodes' in err

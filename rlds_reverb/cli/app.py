@@ -19,7 +19,7 @@ import os
 import sys
 from collections.abc import Sequence
 
-from rlds_reverb.cli import data_commands, demo_command, reverb_commands
+from rlds_reverb.cli import data_commands, demo_command, export_commands, reverb_commands
 from rlds_reverb.cli.common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -77,6 +77,8 @@ def build_parser() -> argparse.ArgumentParser:
         reverb_commands.add_push_parser,
         reverb_commands.add_serve_parser,
         demo_command.add_demo_parser,
+        export_commands.add_export_parser,
+        export_commands.add_record_parser,
     ):
         sub = add_parser(subparsers)
         add_common_options(sub, suppress=True)

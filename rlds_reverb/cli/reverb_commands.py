@@ -172,6 +172,8 @@ def _push_shard(args: argparse.Namespace, shard, progress):
         timeout_ms=args.timeout_ms,
         allow_eviction=args.allow_eviction,
         progress=progress,
+        episode_fields=args.episode_field,
+        add_ids=args.add_ids,
     )
 
 
@@ -262,6 +264,8 @@ def _push_resumable(args: argparse.Namespace, progress):
         timeout_ms=args.timeout_ms,
         allow_eviction=args.allow_eviction,
         progress=progress,
+        episode_fields=args.episode_field,
+        add_ids=args.add_ids,
     )
 
 
@@ -280,6 +284,10 @@ def _check_push_options(args: argparse.Namespace, item) -> None:
         )
     if args.checkpoint_every is not None:
         checks.check_int_at_least(args.checkpoint_every, 1, argument='--checkpoint-every')
+    if args.add_ids and args.workers > 1:
+        raise ValueError(
+            '--add-ids numbers the episodes of one dataset in order; use --workers 1 with it.'
+        )
 
 
 def _beam_flags(args: argparse.Namespace) -> list[str]:
@@ -452,6 +460,18 @@ def add_push_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument('--timeout-ms', type=int, default=60_000)
     parser.add_argument('--allow-eviction', action='store_true')
     parser.add_argument('--no-progress', action='store_true', help='hide the progress bar')
+    parser.add_argument(
+        '--episode-field',
+        action='append',
+        default=[],
+        help='an episode-level field to carry into every item (repeatable)',
+    )
+    parser.add_argument(
+        '--add-ids',
+        action='store_true',
+        help='add episode_id and step_index to every item (what export needs for two-step '
+        'and sequence items)',
+    )
     parser.add_argument(
         '--resume',
         action='store_true',

@@ -183,7 +183,6 @@ def to_rlds_episodes(episode_tensors: tf.data.Dataset) -> tf.data.Dataset:
     return from_whole_episodes(episode_tensors.map(lambda steps: {types.STEPS: steps}))
 
 
-
 def compute_terminal_discounts(steps: types.Nest) -> types.Nest:
     """Returns one episode's discounts with the flags' termination applied (docs/semantics.md §3).
 

@@ -58,7 +58,7 @@ _METADATA_ARGS = 'generator_args'
 _METADATA_STATS = 'stats'
 
 # Gains of the controller: push right when K . (x, x_dot, theta, theta_dot) > 0.
-_GAINS = np.array([0.1, 0.5, 10.0, 2.0])
+CONTROLLER_GAINS = np.array([0.1, 0.5, 10.0, 2.0])
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,7 +110,9 @@ def _run_episode(
     done, info = False, {}
     while not done:
         t = len(actions)
-        action = int(random_actions[t]) if explore[t] else int(_GAINS @ observations[-1] > 0)
+        action = (
+            int(random_actions[t]) if explore[t] else int(CONTROLLER_GAINS @ observations[-1] > 0)
+        )
         observation, _, done, info = env.step(action)
         observations.append(observation)
         actions.append(action)

@@ -56,6 +56,7 @@ from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import types
 from rlds_reverb.core.errors import SourceError, SourceNotFoundError, SpecMismatchError
 from rlds_reverb.core.specs import get_step_spec
+from rlds_reverb.data import tfds_writer
 
 _LOGGER = logging.getLogger(__name__)
 _DATASET_INFO = 'dataset_info.json'
@@ -330,6 +331,7 @@ def _open_builder(source: Any, *, data_dir: Any) -> tuple[tfds.core.DatasetBuild
         raise SourceNotFoundError(
             f'No RLDS dataset at {path.absolute()}: the path does not exist. Expected a TFDS '
             f'dataset directory (holding {_DATASET_INFO}), or a TFDS dataset name with data_dir.'
+            + tfds_writer.describe_interrupted_write(path)
         )
     return _builder_from_name(source, data_dir=data_dir), f'TFDS dataset {source!r}'
 
@@ -370,7 +372,10 @@ def find_dataset_directory(path: str | os.PathLike) -> pathlib.Path:
     """
     path = pathlib.Path(path).expanduser().absolute()
     if not path.exists():
-        raise SourceNotFoundError(f'No RLDS dataset at {path}: the path does not exist.')
+        raise SourceNotFoundError(
+            f'No RLDS dataset at {path}: the path does not exist.'
+            + tfds_writer.describe_interrupted_write(path)
+        )
     if not path.is_dir():
         raise SourceError(
             f'{path} is a file; expected a TFDS dataset directory holding {_DATASET_INFO} '

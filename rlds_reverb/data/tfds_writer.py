@@ -176,6 +176,21 @@ def _make_dataset_info(
     return info
 
 
+def describe_interrupted_write(target: os.PathLike | str) -> str:
+    """Returns a sentence on an interrupted write of `target` left next to it, or ''."""
+    target = pathlib.Path(target).expanduser().absolute()
+    if not target.parent.is_dir():
+        return ''
+    prefix = f'.{target.name}{_INCOMPLETE_PREFIX}'
+    left = sorted(p.name for p in target.parent.iterdir() if p.name.startswith(prefix))
+    if not left:
+        return ''
+    return (
+        f' A write of this dataset was interrupted before it completed (it left {left[0]} in '
+        f'{target.parent}, which is not a readable dataset); write it again.'
+    )
+
+
 def remove_incomplete(parent: pathlib.Path) -> None:
     """Removes hidden `.<version>.incomplete-*` directories left by interrupted writes."""
     if parent.is_dir():
@@ -334,7 +349,7 @@ class RldsDatasetWriter:
     def __exit__(self, error_type, error, traceback) -> None:
         if error is None:
             self.close()
-        elif self._keep_on_error and isinstance(error, Exception):
+        elif self._keep_on_error and isinstance(error, Exception | KeyboardInterrupt):
             count = self.episodes_written
             self.close()
             error.add_note(f'{self.target} holds the {count} whole episode(s) written before.')

@@ -1,0 +1,138 @@
+"""`rlds-reverb export` and `rlds-reverb record`: back from Reverb and TF-Agents to RLDS.
+
+    rlds-reverb export --server localhost:8000 --table replay OUT_DIR
+    rlds-reverb export --checkpoint /ckpt --table replay OUT_DIR
+    rlds-reverb record --env CartPole-v1 --episodes 100 --policy scripted OUT_DIR
+
+`export` writes the items of a Reverb table (a live server, or a checkpoint directory) as
+an RLDS dataset in TFDS format (`rlds_reverb.export.reverb_export`); `record` runs a
+TF-Agents driver and records its episodes (`rlds_reverb.export.recorder`). Both show a
+progress bar of steps and episodes on stderr and print a summary line.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rlds_reverb.cli import common
+
+
+class _Progress:
+    """A tqdm bar of steps with the episode count as its postfix."""
+
+    def __init__(self, *, disable: bool, total: int | None = None, unit: str = ' steps'):
+        import tqdm
+
+        self._bar = tqdm.tqdm(unit=unit, total=total, disable=disable, file=sys.stderr)
+        self._episodes = 0
+
+    def update(self, episodes: int, steps: int) -> None:
+        self._episodes += episodes
+        self._bar.update(steps)
+        self._bar.set_postfix(episodes=self._episodes, refresh=False)
+
+    def close(self) -> None:
+        self._bar.close()
+
+
+def _export(args: argparse.Namespace) -> int:
+    from rlds_reverb.export import reverb_export
+
+    bar = _Progress(disable=args.no_progress)
+    try:
+        stats = reverb_export.export_table(
+            args.out_dir,
+            args.table,
+            server=args.server,
+            checkpoint=args.checkpoint,
+            episode_fields=args.episode_field,
+            on_invalid=args.on_invalid,
+            name=args.name,
+            timeout_ms=args.timeout_ms,
+            progress=bar.update,
+        )
+    finally:
+        bar.close()
+    print(
+        f'Exported {stats.episodes} episodes ({stats.steps} steps, {stats.skipped_episodes} '
+        f'partial skipped) from {stats.items} {stats.kind.value} items of table '
+        f'{args.table!r} to {stats.directory} in {stats.seconds:.2f} s.'
+    )
+    return common.EXIT_OK
+
+
+def _record(args: argparse.Namespace) -> int:
+    from rlds_reverb.core import checks
+    from rlds_reverb.export import collect
+
+    checks.check_int_at_least(args.episodes, 1, argument='--episodes')
+    bar = _Progress(disable=args.no_progress, total=args.episodes, unit=' episodes')
+    seen = [0]
+
+    def _progress(stats) -> None:
+        if stats.episodes > seen[0]:
+            bar.update(0, stats.episodes - seen[0])
+            seen[0] = stats.episodes
+
+    try:
+        stats = collect.record_episodes(
+            args.out_dir,
+            env_name=args.env,
+            num_episodes=args.episodes,
+            policy=args.policy,
+            seed=args.seed,
+            max_episode_steps=args.max_episode_steps,
+            progress=_progress,
+        )
+    finally:
+        bar.close()
+    print(
+        f'Recorded {stats.episodes} episodes ({stats.steps} steps: {stats.terminated} '
+        f'terminated, {stats.truncated} truncated) of {args.env} with the {args.policy} '
+        f'policy to {stats.directory}.'
+    )
+    return common.EXIT_OK
+
+
+def add_export_parser(subparsers) -> argparse.ArgumentParser:
+    """Adds `export`: write a Reverb table's items as an RLDS dataset."""
+    from rlds_reverb.core import types
+
+    parser = subparsers.add_parser('export', help='write a Reverb table as an RLDS dataset')
+    parser.add_argument('out_dir', help='the dataset directory to write (TFDS version dir)')
+    source = parser.add_mutually_exclusive_group(required=True)
+    source.add_argument('--server', help="a live server 'host:port' (checkpointed first)")
+    source.add_argument('--checkpoint', help='a Reverb checkpoint directory')
+    parser.add_argument('--table', required=True, help='the table name')
+    parser.add_argument(
+        '--episode-field',
+        action='append',
+        default=[],
+        help='an item field that is episode metadata (repeatable)',
+    )
+    parser.add_argument(
+        '--on-invalid',
+        default=types.ValidationMode.RAISE.value,
+        choices=[m.value for m in types.ValidationMode if m is not types.ValidationMode.REPORT],
+        help='what to do with episodes the table holds only part of',
+    )
+    parser.add_argument('--name', default='reverb_export', help='the TFDS dataset name')
+    parser.add_argument('--timeout-ms', type=int, default=60_000)
+    parser.add_argument('--no-progress', action='store_true', help='hide the progress bar')
+    parser.set_defaults(handler=_export)
+    return parser
+
+
+def add_record_parser(subparsers) -> argparse.ArgumentParser:
+    """Adds `record`: run a TF-Agents driver and record its episodes as RLDS."""
+    parser = subparsers.add_parser('record', help='record TF-Agents episodes as RLDS')
+    parser.add_argument('out_dir', help='the dataset directory to write (TFDS version dir)')
+    parser.add_argument('--env', default='CartPole-v1', help='a Gym environment id')
+    parser.add_argument('--episodes', type=int, required=True, help='episodes to record')
+    parser.add_argument('--policy', default='random', choices=['random', 'scripted'])
+    parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--max-episode-steps', type=int, default=None, help='time limit')
+    parser.add_argument('--no-progress', action='store_true', help='hide the progress bar')
+    parser.set_defaults(handler=_record)
+    return parser
