@@ -12,7 +12,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 $(STAMP): setup.py constraints.txt
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --no-input -c constraints.txt -e '.[test]'
+	$(BIN)/pip install --quiet --no-input -c constraints.txt -e '.[test,beam]'
 	$(BIN)/pip check
 	touch $(STAMP)
 
