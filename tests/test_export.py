@@ -111,8 +111,10 @@ def test_two_step_items_with_ids_round_trip(cartpole_dir, tmp_path, server_for):
     ids=['overlapping-pad', 'truncate', 'episode-chunks'],
 )
 def test_step_items_with_ids_round_trip_from_a_checkpoint(item, tmp_path, server_for):
+    # Discounts that agree with the flags (0 into and at the terminal step): items carry
+    # the terminal rule's discounts (docs/semantics.md §3), so only such data round-trips.
     data = [
-        builders.episode(9, extras={'tag': np.arange(9)}),
+        builders.episode(9, discount=[1.0] * 7 + [0.0, 0.0], extras={'tag': np.arange(9)}),
         builders.episode(1, ending=builders.TRUNCATED, extras={'tag': [5]}),
         builders.episode(230, ending=builders.TRUNCATED, extras={'tag': np.arange(230)}),
     ]

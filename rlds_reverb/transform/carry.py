@@ -84,16 +84,24 @@ def carry_episode_fields(
         return episodes
 
     def _carry(episode_id: tf.Tensor, episode: dict) -> dict:
-        constants = {name: episode[name] for name in fields}
+        # Whole-episode tensors: each carried value repeated T times, no per-step map.
+        steps = episode[types.STEPS]
+        length = episodes_lib.episode_length(steps)
 
-        def _add(step_index: tf.Tensor, step: dict) -> dict:
-            added = dict(constants)
-            if add_ids:
-                added[types.EPISODE_ID] = episode_id
-                added[types.STEP_INDEX] = step_index
-            return {**step, **added}
+        def _repeat(value: tf.Tensor) -> tf.Tensor:
+            return tf.repeat(value[tf.newaxis], length, axis=0)
 
-        steps = episode[types.STEPS].enumerate().map(episodes_lib.without_autograph(_add))
-        return {**episode, types.STEPS: steps}
+        added = {name: tf.nest.map_structure(_repeat, episode[name]) for name in fields}
+        if add_ids:
+            added[types.EPISODE_ID] = tf.fill([length], tf.cast(episode_id, tf.int64))
+            added[types.STEP_INDEX] = tf.range(length, dtype=tf.int64)
+        return {**episode, types.STEPS: {**steps, **added}}
 
-    return episodes.enumerate().map(episodes_lib.without_autograph(_carry))
+    whole = episodes_lib.to_whole_episodes(episodes).enumerate()
+    return episodes_lib.from_whole_episodes(
+        whole.map(
+            episodes_lib.without_autograph(_carry),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+    )
