@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -268,6 +269,12 @@ def _choose_num_workers(info: reverb.reverb_types.TableInfo, requested: int | No
             )
         return 1
     return DEFAULT_WORKERS_PER_ITERATOR if requested is None else requested
+
+
+def _limits_samples(info: reverb.reverb_types.TableInfo) -> bool:
+    """Whether the table bounds how often it may be sampled (max_times_sampled or a limiter
+    whose samples may not run ahead of inserts, as `SampleToInsertRatio`)."""
+    return info.max_times_sampled > 0 or info.rate_limiter_info.max_diff < sys.float_info.max
 
 
 def _make_empty_table_error(table: str, timeout_ms: int, element_spec: Any) -> tf.data.Dataset:
@@ -526,15 +533,16 @@ class LearnerDataset:
 
     def _choose_num_iterators(self, source: Source, requested: int | None) -> int:
         """Returns the iterators of a stream: 1 for a FIFO sampler (keeps order) or a table
-        with `max_times_sampled` (no sample held back in another iterator's buffer).
+        that limits samples (`max_times_sampled`, or a rate limiter bounding samples per
+        insert): no sample allowed is held back in another iterator's buffer.
 
         Raises:
           TableError: If more than one iterator is requested for a FIFO table.
         """
         info = self.server_table_info[source.server_index][self.tables[source.table_index]]
-        if info.max_times_sampled > 0 and not info.sampler_options.fifo:
-            # Items sampled a limited number of times: a second iterator could hold the
-            # last ones in its buffer while the first waits for them (an early timeout).
+        if _limits_samples(info) and not info.sampler_options.fifo:
+            # When samples are limited, a second iterator could hold the last ones allowed in
+            # its buffer while the first waits for them (a stall, or an early timeout).
             return 1
         if not info.sampler_options.fifo:
             return DEFAULT_ITERATORS_PER_STREAM if requested is None else requested
