@@ -239,3 +239,20 @@ def test_unknown_dimensions_on_an_empty_table_say_it_is_empty(clients):
     )  # fmt: skip
     with pytest.raises(EmptyTableError, match='^Reverb table no_images gave no sample'):
         next(iter(learner))
+
+
+def test_tables_that_limit_samples_are_read_by_one_iterator(clients):
+    """A second iterator could hold back the last samples a limiter allows."""
+    limited = [
+        tables.uniform('uni', max_size=100, signature=ITEM_SPEC, max_times_sampled=1),
+        tables.uniform('uni_ratio', max_size=100, signature=ITEM_SPEC, samples_per_insert=2.0,
+                       min_size_to_sample=1, error_buffer=10.0),
+    ]  # fmt: skip
+    server = reverb.Server(limited)
+    try:
+        client = reverb.Client(f'localhost:{server.port}')
+        learner = _learner([client], {'uni': 1, 'uni_ratio': 1}, batch_size=8)
+        assert learner.iterator_counts == [[4], [4]]
+        assert _learner(clients, batch_size=8).iterator_counts == [[2, 2], [2, 2]]
+    finally:
+        server.stop()

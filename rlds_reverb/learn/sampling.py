@@ -18,17 +18,20 @@ prefetch) and zips them into batches of
 * **Importance weights.** w_i = (N_k · P_k(i))^(−β) / max_j w_j, with P_k(i) the probability
   of sample i in its (logical) table k and N_k that table's size at sampling time (summed
   over the servers; with several servers P_k(i) = share_s · P_s(i), see
-  `LearnerDataset.compute_logical_probabilities`), normalized by the batch maximum (Tianshou's convention, see `rlds_reverb.learn.priorities`). β is read (from a
-  float, a `tf.Variable` or a schedule) when the batch is built, so with prefetching it
-  may lag the train step by a few steps.
+  `LearnerDataset.compute_logical_probabilities`), normalized by the batch maximum
+  (Tianshou's convention, see `rlds_reverb.learn.priorities`). β is read (from a float, a
+  `tf.Variable` or a schedule) when the batch is built, so with prefetching it may lag the
+  train step by a few steps.
 * **Staleness.** With `staleness=StalenessFilter(version, max_staleness=k)`, items carry a
   `types.DATA_VERSION` field; a sample whose version is below `version - k` is dropped
   before batching (so the per-table counts stay exact) and counted in `filter.dropped`.
 * **Priorities.** `update_priorities(keys, td_errors, ...)` sends (|δ| + ε)^exponent to the
-  table and the server each key came from, inside a `tf.function` train step, refusing NaN, infinite and
-  negative priorities first.
-* **Order.** A table with a FIFO sampler (a queue) is read by one worker per iterator, which
-  keeps the insertion order. Give queues a `rate_limiter_timeout_ms`: Reverb cannot cancel
+  table and the server each key came from, inside a `tf.function` train step, refusing
+  NaN, infinite and negative priorities first.
+* **Order.** Each stream is read by `iterators_per_stream` Reverb iterators in parallel. A
+  table with a FIFO sampler (a queue) is read by one iterator with one worker, which keeps
+  the insertion order; a table that limits its samples (`max_times_sampled`, a
+  sample-to-insert ratio) by one iterator. Give queues a `rate_limiter_timeout_ms`: Reverb cannot cancel
   a sample blocked on an empty queue, so without one, deleting an iterator whose prefetch
   waits on a drained queue blocks forever.
 * **Timeouts.** With `rate_limiter_timeout_ms`, a table that gives no sample in time fails
@@ -45,6 +48,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NamedTuple
 
@@ -100,13 +104,13 @@ class SampleBatch(NamedTuple):
     server_index: tf.Tensor
 
 
-def _check_ratio(table: object, ratio: object) -> float:
+def _check_ratio(table: object, ratio: object, *, what: str = 'table') -> float:
     if not isinstance(table, str) or not table:
         raise ValueError(f'Table names must be non-empty strings; got {table!r}.')
     if isinstance(ratio, bool) or not isinstance(ratio, int | float):
-        raise ValueError(f'The ratio of table {table!r} must be a number; got {ratio!r}.')
+        raise ValueError(f'The ratio of {what} {table!r} must be a number; got {ratio!r}.')
     if not math.isfinite(ratio) or ratio < 0:
-        raise ValueError(f'The ratio of table {table!r} must be finite and >= 0; got {ratio!r}.')
+        raise ValueError(f'The ratio of {what} {table!r} must be finite and >= 0; got {ratio!r}.')
     return float(ratio)
 
 
@@ -270,6 +274,12 @@ def _choose_num_workers(info: reverb.reverb_types.TableInfo, requested: int | No
     return DEFAULT_WORKERS_PER_ITERATOR if requested is None else requested
 
 
+def _limits_samples(info: reverb.reverb_types.TableInfo) -> bool:
+    """Whether the table bounds how often it may be sampled (max_times_sampled or a limiter
+    whose samples may not run ahead of inserts, as `SampleToInsertRatio`)."""
+    return info.max_times_sampled > 0 or info.rate_limiter_info.max_diff < sys.float_info.max
+
+
 def _make_empty_table_error(table: str, timeout_ms: int, element_spec: Any) -> tf.data.Dataset:
     """Returns a one-element dataset whose element fails with a "table is empty" error.
 
@@ -350,7 +360,10 @@ def compute_server_counts(
             raise ValueError(
                 f'server_ratios={list(ratios)} must give one ratio per server ({len(sizes)}).'
             )
-        weights = [_check_ratio(f'server {i}', ratio) for i, ratio in enumerate(ratios)]
+        weights = [
+            _check_ratio(str(i), ratio, what='server (server_ratios) at position')
+            for i, ratio in enumerate(ratios)
+        ]
         if not sum(weights) > 0:
             raise ValueError(
                 f'server_ratios={list(ratios)} must sum to a positive number; give at least '
@@ -458,6 +471,8 @@ class LearnerDataset:
         all_counts = compute_mix_counts(tables, batch_size)
         if server_ratios is not None:  # Checked before any server is asked.
             compute_server_counts(1, sizes=[0] * len(self.server_addresses), ratios=server_ratios)
+        if iterators_per_stream is not None:
+            checks.check_int_at_least(iterators_per_stream, 1, argument='iterators_per_stream')
         self.counts = {table: count for table, count in all_counts.items() if count > 0}
         self.tables = list(self.counts)
         self.batch_size = batch_size
@@ -487,8 +502,6 @@ class LearnerDataset:
             )
             for s in self.sources
         ]
-        if iterators_per_stream is not None:
-            checks.check_int_at_least(iterators_per_stream, 1, argument='iterators_per_stream')
         # Per source: the count each of its iterators gives per batch (FIFO: one iterator).
         self.iterator_counts = [
             [
@@ -526,15 +539,16 @@ class LearnerDataset:
 
     def _choose_num_iterators(self, source: Source, requested: int | None) -> int:
         """Returns the iterators of a stream: 1 for a FIFO sampler (keeps order) or a table
-        with `max_times_sampled` (no sample held back in another iterator's buffer).
+        that limits samples (`max_times_sampled`, or a rate limiter bounding samples per
+        insert): no sample allowed is held back in another iterator's buffer.
 
         Raises:
           TableError: If more than one iterator is requested for a FIFO table.
         """
         info = self.server_table_info[source.server_index][self.tables[source.table_index]]
-        if info.max_times_sampled > 0 and not info.sampler_options.fifo:
-            # Items sampled a limited number of times: a second iterator could hold the
-            # last ones in its buffer while the first waits for them (an early timeout).
+        if _limits_samples(info) and not info.sampler_options.fifo:
+            # When samples are limited, a second iterator could hold the last ones allowed in
+            # its buffer while the first waits for them (a stall, or an early timeout).
             return 1
         if not info.sampler_options.fifo:
             return DEFAULT_ITERATORS_PER_STREAM if requested is None else requested
