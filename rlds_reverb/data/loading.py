@@ -266,6 +266,7 @@ def _read_whole_episodes(
     def _decode(episode: dict) -> dict:
         raw = select_step_fields(episode[types.STEPS], paths, where=where)
         steps = decoder.decode_example(raw)
+        steps = _check_step_counts(steps, where=where)
         if types.DISCOUNT not in steps and types.REWARD in steps:
             steps = _fill_discount(steps)
         return {**episode, types.STEPS: steps}
@@ -277,6 +278,30 @@ def _read_whole_episodes(
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
+
+
+def _check_step_counts(steps: dict, *, where: str) -> dict:
+    """Returns `steps`, failing while read if a field's step count differs from the flags'.
+
+    A record that lacks a step field (written under other features) decodes it with zero
+    steps; the nested reader failed there too, without naming the field.
+    """
+    length = tf.shape(steps[types.IS_FIRST])[0]
+    checks = [
+        tf.debugging.assert_equal(
+            tf.shape(x)[0],
+            length,
+            message=(
+                f"{where}: an episode's step field '{'/'.join(map(str, path))}' has a "
+                f"different number of steps than its '{types.IS_FIRST}' flags, so the record "
+                'is not a valid episode (a field missing from it?). '
+                "load(..., check_files='full') names the shard and record."
+            ),
+        )
+        for path, x in tree.flatten_with_path(steps)
+    ]
+    with tf.control_dependencies(checks):
+        return tf.nest.map_structure(tf.identity, steps)
 
 
 def _check_decodable(decoder: tfds.features.Sequence, encoded_spec: Mapping, *, where: str) -> None:

@@ -291,7 +291,7 @@ def _missing_field() -> list[Variant]:
             valid=_others(1),
             faults=unreadable,
             full_check=rf"shard \S*{shard_name(1)}.*field 'reward' is missing",
-            read_error='All components must have the same size',
+            read_error='has a different number of steps than its',
             write=_with_bad_record(without, _features(**{types.REWARD: None})),
         ),
         # A generator yields one episode without the field.
