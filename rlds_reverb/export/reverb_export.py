@@ -296,6 +296,7 @@ def export_table(
     episodes_per_shard: int = 100,
     batch_items: int = DEFAULT_BATCH_ITEMS,
     part_rows: int = 200_000,
+    max_copy_bytes: int = table_copy.DEFAULT_MAX_COPY_BYTES,
     timeout_ms: int = 60_000,
     progress: ProgressFn | None = None,
 ) -> ExportStats:
@@ -322,7 +323,9 @@ def export_table(
       episodes_per_shard: Episodes per TFRecord shard.
       batch_items: Items read per batch.
       part_rows: About how many rows (steps) of the table are restored for reading at a
-        time (`table_copy.open_table_reader`): the bound on the copies' memory.
+        time when the table is read in parts (`table_copy.open_table_reader`).
+      max_copy_bytes: Checkpoints whose chunks file is larger are read in parts of
+        `part_rows` rows; smaller ones whole (the bound on the copies' memory).
       timeout_ms: The most a read of the copy may wait.
       progress: Optional `fn(episodes, steps)` called after each episode is written.
 
@@ -350,7 +353,11 @@ def export_table(
     episode_fields = tuple(episode_fields)
     stats = ExportStats()
     with table_copy.open_table_reader(
-        table, server=server, checkpoint=checkpoint, part_rows=part_rows
+        table,
+        server=server,
+        checkpoint=checkpoint,
+        part_rows=part_rows,
+        max_copy_bytes=max_copy_bytes,
     ) as reader:
         kind = detect_export_kind(reader.signature)
         stats.kind = kind
