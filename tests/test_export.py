@@ -128,7 +128,10 @@ def test_step_items_with_ids_round_trip_from_a_checkpoint(item, tmp_path, server
     address = server_for(item, episodes, add_ids=True)
     push_lib.push(episodes, address, 'replay', item=item, add_ids=True)
     server_dir = reverb.Client(address).checkpoint()
-    stats = reverb_export.export_table(tmp_path / 'out', 'replay', checkpoint=server_dir)
+    # Parts of about 50 rows: episodes span several temporary servers.
+    stats = reverb_export.export_table(
+        tmp_path / 'out', 'replay', checkpoint=server_dir, part_rows=50, max_copy_bytes=0
+    )
     assert stats.kind is reverb_export.ExportKind.STEPS_WITH_IDS
     assert_same_dataset(original, tmp_path / 'out')
 
@@ -138,7 +141,9 @@ def test_items_are_read_once_in_insertion_order(tmp_path, server_for):
     episodes = builders.rlds(data)
     address = server_for(items.Episode(30), episodes)
     push_lib.push(episodes, address, 'replay', item=items.Episode(30))
-    stats = reverb_export.export_table(tmp_path / 'out', 'replay', server=address, batch_items=3)
+    stats = reverb_export.export_table(
+        tmp_path / 'out', 'replay', server=address, batch_items=3, part_rows=70
+    )
     assert stats.items == 20
     _, exported = read_tfds(tmp_path / 'out')
     starts = [e[types.STEPS][types.REWARD][0] for e in exported]

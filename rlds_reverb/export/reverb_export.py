@@ -1,6 +1,6 @@
 """Export a Reverb table to an RLDS dataset in TFDS format (docs/semantics.md §10).
 
-Items are read exactly once, in insertion order, from a queue copy of the table
+Items are read exactly once, in insertion order, from queue copies of parts of the table
 (`rlds_reverb.export.table_copy`), streamed through `tf.data` in batches, rebuilt into
 episodes and written one episode at a time (`data.tfds_writer.RldsDatasetWriter`), so the
 exporting process holds only the episodes still being assembled.
@@ -295,13 +295,16 @@ def export_table(
     version: str = '1.0.0',
     episodes_per_shard: int = 100,
     batch_items: int = DEFAULT_BATCH_ITEMS,
+    part_rows: int = 200_000,
+    max_copy_bytes: int = table_copy.DEFAULT_MAX_COPY_BYTES,
     timeout_ms: int = 60_000,
     progress: ProgressFn | None = None,
 ) -> ExportStats:
     """Writes the items of a Reverb table back out as an RLDS dataset in TFDS format.
 
     Every item is read exactly once, oldest first, from a queue copy of the table (the
-    table itself is left as it is; see `rlds_reverb.export.table_copy`), rebuilt into
+    table itself is left as it is; see `rlds_reverb.export.table_copy`), part after part,
+    rebuilt into
     episodes (module docstring: which item kinds, and why) and streamed to `directory`.
     `tfds.builder_from_directory(directory)` and `rlds_reverb.load(directory)` read it.
 
@@ -319,6 +322,10 @@ def export_table(
       version: The dataset version.
       episodes_per_shard: Episodes per TFRecord shard.
       batch_items: Items read per batch.
+      part_rows: About how many rows (steps) of the table are restored for reading at a
+        time when the table is read in parts (`table_copy.open_table_reader`).
+      max_copy_bytes: Checkpoints whose chunks file is larger are read in parts of
+        `part_rows` rows; smaller ones whole (the bound on the copies' memory).
       timeout_ms: The most a read of the copy may wait.
       progress: Optional `fn(episodes, steps)` called after each episode is written.
 
@@ -345,10 +352,16 @@ def export_table(
         episode_fields = (episode_fields,)
     episode_fields = tuple(episode_fields)
     stats = ExportStats()
-    with table_copy.open_table_copy(table, server=server, checkpoint=checkpoint) as copy:
-        kind = detect_export_kind(copy.signature)
+    with table_copy.open_table_reader(
+        table,
+        server=server,
+        checkpoint=checkpoint,
+        part_rows=part_rows,
+        max_copy_bytes=max_copy_bytes,
+    ) as reader:
+        kind = detect_export_kind(reader.signature)
         stats.kind = kind
-        row_spec = _row_spec(copy.signature, kind)
+        row_spec = _row_spec(reader.signature, kind)
         unknown = [f for f in episode_fields if f not in row_spec or f in _ID_FIELDS]
         if unknown:
             raise ExportError(
@@ -359,7 +372,7 @@ def export_table(
         metadata = {
             'exported_from': {
                 'table': table,
-                'checkpoint': str(copy.checkpoint),
+                'checkpoint': str(reader.checkpoint),
                 'items': kind.value,
             }
         }
@@ -380,30 +393,32 @@ def export_table(
                 if progress is not None:
                     progress(1, len(rows[types.IS_FIRST]))
 
-            for batch in _read_batches(copy, batch_items, timeout_ms):
-                rows, valid = _to_rows(batch, kind)
-                count = len(tree.flatten(batch)[0])
-                if kind is ExportKind.WHOLE_EPISODES:
-                    span = len(valid) // count
-                    for i in range(count):
-                        part = slice(i * span, (i + 1) * span)
-                        item_rows = _take(_take(rows, part), valid[part])
-                        problem = _check_whole_episode(stats.items + i, item_rows)
-                        if problem is None:
-                            _write(item_rows)
-                        elif mode is types.ValidationMode.SKIP:
-                            stats.skipped_episodes += 1
-                        else:
-                            raise ExportError(
-                                f'Cannot export table {table!r}: {problem}. Nothing was written.'
-                            )
-                else:
-                    for _, episode_rows in assembler.add(_take(rows, valid)):
-                        _write(episode_rows)
-                stats.items += count
-            if stats.items != copy.num_items:
+            for copy in reader.iterate_parts():
+                for batch in _read_batches(copy, batch_items, timeout_ms):
+                    rows, valid = _to_rows(batch, kind)
+                    count = len(tree.flatten(batch)[0])
+                    if kind is ExportKind.WHOLE_EPISODES:
+                        span = len(valid) // count
+                        for i in range(count):
+                            part = slice(i * span, (i + 1) * span)
+                            item_rows = _take(_take(rows, part), valid[part])
+                            problem = _check_whole_episode(stats.items + i, item_rows)
+                            if problem is None:
+                                _write(item_rows)
+                            elif mode is types.ValidationMode.SKIP:
+                                stats.skipped_episodes += 1
+                            else:
+                                raise ExportError(
+                                    f'Cannot export table {table!r}: {problem}. '
+                                    'Nothing was written.'
+                                )
+                    else:
+                        for _, episode_rows in assembler.add(_take(rows, valid)):
+                            _write(episode_rows)
+                    stats.items += count
+            if stats.items != reader.num_items:
                 raise ExportError(
-                    f'Read {stats.items} of the {copy.num_items} items of table {table!r} '
+                    f'Read {stats.items} of the {reader.num_items} items of table {table!r} '
                     'before the copy ran dry; nothing was written.'
                 )
             incomplete = assembler.describe_open()

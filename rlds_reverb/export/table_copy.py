@@ -2,7 +2,7 @@
 
 Reverb can only sample a table, and a table's sampler decides the order (uniform and
 prioritized samplers repeat and skip items). To read every item exactly once, in insertion
-order, without touching the user's table, `open_table_copy`:
+order, without touching the user's table, `open_table_reader`:
 
 1. takes a checkpoint (from a live server with `client.checkpoint()`, or one on disk),
 2. writes a copy of its records for the one table, configured as a queue: FIFO sampler and
@@ -11,8 +11,10 @@ order, without touching the user's table, `open_table_copy`:
 3. restores that copy into a temporary in-process server, whose samples then return each
    item once, oldest first, and delete it.
 
-The temporary server holds the table's data once while it is read; it empties as the
-items are read, and is stopped and its files removed at the end.
+To keep memory flat in the table's size, a checkpoint whose (compressed) chunks file is
+larger than `max_copy_bytes` (256 MiB) is cut into parts of about `part_rows` rows (items
+in insertion order, each part with the chunks its items reference), restored and drained
+one after the other; a smaller one is restored whole, linking its chunks file.
 """
 
 from __future__ import annotations
@@ -40,17 +42,20 @@ _TABLES_FILE = 'tables.tfrecord'
 _ITEMS_FILE = 'items.tfrecord'
 _CHUNKS_FILE = 'chunks.tfrecord'
 _NEVER_BLOCKS = 1.7e308  # A rate limiter diff no count reaches.
+# Checkpoints with a chunks file up to this size are restored whole (one pass, no parsing
+# of chunks); larger ones in parts.
+DEFAULT_MAX_COPY_BYTES = 256 * 2**20
 
 
 @dataclasses.dataclass(frozen=True)
 class TableCopy:
-    """A drained-on-read copy of one table on a temporary server.
+    """A drained-on-read copy of (a part of) one table on a temporary server.
 
     Fields:
       address: The temporary server's 'host:port'.
       table: The table name.
       signature: The table's signature (a nest of `tf.TensorSpec`).
-      num_items: The items the copy holds (each is read once).
+      num_items: The items this copy holds (each is read once).
       checkpoint: The checkpoint directory it was restored from.
     """
 
@@ -107,8 +112,68 @@ def _as_queue(
     return queue
 
 
-def _write_queue_checkpoint(source: pathlib.Path, table_name: str, target: pathlib.Path):
-    """Writes the queue copy of `table_name` under `target`; returns (record, item count)."""
+def _make_light_item_class():
+    """Returns a message class reading only `table` and `times_sampled` of a PrioritizedItem.
+
+    The other fields stay raw bytes (unknown fields, written back as they were), so a pass
+    over the items costs no per-chunk-slice parsing in the pure-Python protobuf runtime
+    (for whole-episode items, a full parse took about 90% of an export).
+    """
+    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+    fields = descriptor_pb2.FieldDescriptorProto
+    file = descriptor_pb2.FileDescriptorProto(
+        name='rlds_reverb_light_item.proto', package='rlds_reverb_light', syntax='proto3'
+    )
+    message = file.message_type.add(name='LightItem')
+    for name, number, kind in (
+        ('table', 2, fields.TYPE_STRING),
+        ('times_sampled', 6, fields.TYPE_INT32),
+    ):
+        message.field.add(name=name, number=number, type=kind, label=fields.LABEL_OPTIONAL)
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(file)
+    return message_factory.MessageFactory(pool).GetPrototype(
+        pool.FindMessageTypeByName('rlds_reverb_light.LightItem')
+    )
+
+
+_LightItem = _make_light_item_class()
+
+
+def _write_single_part(source: pathlib.Path, table_name: str, directory: pathlib.Path) -> int:
+    """Writes the table's items (sample counts reset) next to a link to the chunks file."""
+    directory.mkdir(parents=True)
+    os.symlink((source / _CHUNKS_FILE).absolute(), directory / _CHUNKS_FILE)
+    count = 0
+    path = os.fspath(directory / _ITEMS_FILE)
+    with tf.io.TFRecordWriter(path, _COMPRESSION) as writer:
+        for record in _read_records(source / _ITEMS_FILE):
+            item = _LightItem.FromString(record)
+            if item.table != table_name:
+                continue
+            item.times_sampled = 0
+            writer.write(item.SerializeToString())
+            count += 1
+    return count
+
+
+def _item_rows(item: schema_pb2.PrioritizedItem) -> int:
+    """Returns the rows (steps) one item spans: the length of its first column."""
+    if not item.flat_trajectory.columns:
+        return 1
+    return max(1, sum(s.length for s in item.flat_trajectory.columns[0].chunk_slices))
+
+
+def _write_parts(
+    source: pathlib.Path, table_name: str, root: pathlib.Path, part_rows: int, max_copy_bytes: int
+):
+    """Splits the table's items into parts of about `part_rows` rows, each a queue checkpoint.
+
+    Returns (table record, [(part directory, item count)]). One pass over the items writes
+    each part's items; one pass over the chunks writes each chunk to the parts whose items
+    reference it. A single part links the chunks file instead of copying it.
+    """
     tables = [
         checkpoint_pb2.PriorityTableCheckpoint.FromString(r)
         for r in _read_records(source / _TABLES_FILE)
@@ -118,32 +183,136 @@ def _write_queue_checkpoint(source: pathlib.Path, table_name: str, target: pathl
         raise ExportError(
             f'The checkpoint {source} holds no table {table_name!r}; it holds {sorted(found)}.'
         )
-    target.mkdir(parents=True)
-    os.symlink((source / _CHUNKS_FILE).absolute(), target / _CHUNKS_FILE)
-    count = 0
-    with tf.io.TFRecordWriter(os.fspath(target / _ITEMS_FILE), _COMPRESSION) as writer:
+    record = found[table_name]
+    if (source / _CHUNKS_FILE).stat().st_size <= max_copy_bytes:
+        directory = root / '0'
+        count = _write_single_part(source, table_name, directory)
+        with tf.io.TFRecordWriter(os.fspath(directory / _TABLES_FILE), _COMPRESSION) as w:
+            w.write(_as_queue(record, count).SerializeToString())
+        (directory / 'DONE').touch()
+        return record, [(directory, count)]
+    counts: list[int] = []
+    chunk_parts: dict[int, list[int]] = {}
+    rows, writer = part_rows, None
+    try:
         for record in _read_records(source / _ITEMS_FILE):
             item = schema_pb2.PrioritizedItem.FromString(record)
             if item.table != table_name:
                 continue
+            if rows >= part_rows:  # Start the next part.
+                if writer is not None:
+                    writer.close()
+                (root / str(len(counts))).mkdir(parents=True)
+                path = root / str(len(counts)) / _ITEMS_FILE
+                writer = tf.io.TFRecordWriter(os.fspath(path), _COMPRESSION)
+                counts.append(0)
+                rows = 0
+            part = len(counts) - 1
             item.times_sampled = 0
             writer.write(item.SerializeToString())
-            count += 1
-    queue = _as_queue(found[table_name], count)
-    with tf.io.TFRecordWriter(os.fspath(target / _TABLES_FILE), _COMPRESSION) as writer:
-        writer.write(queue.SerializeToString())
-    (target / 'DONE').touch()
-    return queue, count
+            counts[part] += 1
+            rows += _item_rows(item)
+            for column in item.flat_trajectory.columns:
+                for piece in column.chunk_slices:
+                    parts = chunk_parts.setdefault(piece.chunk_key, [])
+                    if not parts or parts[-1] != part:
+                        parts.append(part)
+    finally:
+        if writer is not None:
+            writer.close()
+    directories = [root / str(i) for i in range(len(counts))]
+    if len(directories) == 1:
+        os.symlink((source / _CHUNKS_FILE).absolute(), directories[0] / _CHUNKS_FILE)
+    elif directories:
+        writers = [
+            tf.io.TFRecordWriter(os.fspath(d / _CHUNKS_FILE), _COMPRESSION) for d in directories
+        ]
+        try:
+            for record in _read_records(source / _CHUNKS_FILE):
+                key = schema_pb2.ChunkData.FromString(record).chunk_key
+                for part in chunk_parts.get(key, ()):
+                    writers[part].write(record)
+        finally:
+            for w in writers:
+                w.close()
+    for directory, count in zip(directories, counts, strict=True):
+        with tf.io.TFRecordWriter(os.fspath(directory / _TABLES_FILE), _COMPRESSION) as w:
+            w.write(_as_queue(record, count).SerializeToString())
+        (directory / 'DONE').touch()
+    return record, list(zip(directories, counts, strict=True))
+
+
+class TableReader:
+    """The items of one table of a checkpoint, as read-once queue copies of about
+    `part_rows` rows each, served one after the other (see the module docstring).
+
+    Fields:
+      table: The table name.
+      signature: The table's signature.
+      num_items: The items of the table.
+      checkpoint: The checkpoint directory read.
+    """
+
+    def __init__(
+        self,
+        table: str,
+        checkpoint: pathlib.Path,
+        root: pathlib.Path,
+        *,
+        part_rows: int,
+        max_copy_bytes: int,
+    ):
+        self.table = table
+        self.checkpoint = checkpoint
+        record, self._parts = _write_parts(checkpoint, table, root, part_rows, max_copy_bytes)
+        self.num_items = sum(count for _, count in self._parts)
+        self._max_size = max(record.max_size, 1)
+        if not record.HasField('signature'):
+            raise ExportError(
+                f'Table {table!r} has no signature; export needs it to know the item kind. '
+                'Create the table with rlds_reverb.tables.signature_for(item, episodes).'
+            )
+        self.signature = nested_structure_coder.decode_proto(record.signature)
+
+    def iterate_parts(self) -> Iterator[TableCopy]:
+        """Yields each part as a `TableCopy` on a temporary server, stopped after its turn."""
+        for directory, count in self._parts:
+            table = reverb.Table(
+                name=self.table,
+                sampler=reverb.selectors.Fifo(),
+                remover=reverb.selectors.Fifo(),
+                max_size=self._max_size,
+                rate_limiter=reverb.rate_limiters.MinSize(1),
+                max_times_sampled=1,
+                signature=self.signature,
+            )
+            parent = directory.parent / f'serve-{directory.name}'
+            parent.mkdir()
+            directory.rename(parent / directory.name)
+            server = reverb.Server(
+                [table],
+                port=None,
+                checkpointer=checkpointers_lib.DefaultCheckpointer(os.fspath(parent)),
+            )
+            try:
+                yield TableCopy(
+                    f'localhost:{server.port}', self.table, self.signature, count, self.checkpoint
+                )
+            finally:
+                server.stop()
+                shutil.rmtree(parent, ignore_errors=True)
 
 
 @contextlib.contextmanager
-def open_table_copy(
+def open_table_reader(
     table: str,
     *,
     server: str | reverb.Client | None = None,
     checkpoint: os.PathLike | str | None = None,
-) -> Iterator[TableCopy]:
-    """Yields a read-once copy of `table`, from a live server or a checkpoint on disk.
+    part_rows: int = 200_000,
+    max_copy_bytes: int = DEFAULT_MAX_COPY_BYTES,
+) -> Iterator[TableReader]:
+    """Yields a `TableReader` of `table`, from a live server or a checkpoint on disk.
 
     Args:
       table: The table name.
@@ -152,57 +321,36 @@ def open_table_copy(
         shared file system).
       checkpoint: A checkpoint directory (the server's `checkpoint_dir`, whose latest
         checkpoint is used, or one checkpoint in it). Exactly one of the two.
+      max_copy_bytes: A checkpoint whose chunks file is at most this large is restored
+        whole, in one temporary server; a larger one in parts of `part_rows`.
+      part_rows: About how many rows (steps) one part holds: with `max_copy_bytes`, the
+        bound on the memory the copies take.
 
     Yields:
-      The `TableCopy`; the temporary server stops when the context exits.
+      The reader; its temporary files are removed when the context exits.
 
     Raises:
       ValueError: If not exactly one of `server` and `checkpoint` is given.
-      ExportError: If there is no checkpoint, or it holds no such table.
+      ExportError: If there is no checkpoint, or it holds no such table, or the table has no
+        signature.
       CheckpointError: If the live server cannot be checkpointed.
 
     Example:
-      >>> with open_table_copy('replay', checkpoint='/ckpt') as copy:
-      ...     print(copy.num_items)
+      >>> with open_table_reader('replay', checkpoint='/ckpt') as reader:
+      ...     for copy in reader.iterate_parts(): ...
     """
     if (server is None) == (checkpoint is None):
         raise ValueError(
             'Pass exactly one of server= (a live server) and checkpoint= (a directory).'
         )
+    if part_rows < 1:
+        raise ValueError(f'part_rows={part_rows} must be at least 1.')
     if server is not None:
         client = server if isinstance(server, reverb.Client) else reverb.Client(server)
         checkpoint = checkpoints.checkpoint_server(client)
     source = resolve_checkpoint(checkpoint)
     root = pathlib.Path(tempfile.mkdtemp(prefix='rlds_reverb_export_'))
-    copy_server = None
     try:
-        record, count = _write_queue_checkpoint(source, table, root / 'copy')
-        signature = (
-            nested_structure_coder.decode_proto(record.signature)
-            if record.HasField('signature')
-            else None
-        )
-        if signature is None:
-            raise ExportError(
-                f'Table {table!r} has no signature; export needs it to know the item kind. '
-                'Create the table with rlds_reverb.tables.signature_for(item, episodes).'
-            )
-        queue_table = reverb.Table(
-            name=table,
-            sampler=reverb.selectors.Fifo(),
-            remover=reverb.selectors.Fifo(),
-            max_size=max(record.max_size, 1),
-            rate_limiter=reverb.rate_limiters.MinSize(1),
-            max_times_sampled=1,
-            signature=signature,
-        )
-        copy_server = reverb.Server(
-            [queue_table],
-            port=None,
-            checkpointer=checkpointers_lib.DefaultCheckpointer(os.fspath(root)),
-        )
-        yield TableCopy(f'localhost:{copy_server.port}', table, signature, count, source)
+        yield TableReader(table, source, root, part_rows=part_rows, max_copy_bytes=max_copy_bytes)
     finally:
-        if copy_server is not None:
-            copy_server.stop()
         shutil.rmtree(root, ignore_errors=True)
