@@ -12,7 +12,7 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 $(STAMP): setup.py constraints.txt
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --no-input -c constraints.txt -e '.[test]'
+	$(BIN)/pip install --quiet --no-input -c constraints.txt -e '.[test,beam]'
 	$(BIN)/pip check
 	touch $(STAMP)
 
@@ -32,7 +32,7 @@ test-fast: $(STAMP) lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests
 
 bench: $(STAMP)
-	@for name in convert push adders sample; do \
+	@for name in convert push adders sample beam; do \
 	  if [ -f benchmarks/$$name.py ]; then $(BIN)/python -m benchmarks.$$name; fi; \
 	done
 

@@ -36,6 +36,8 @@ setuptools.setup(
     ],
     extras_require={
         'test': ['pytest', 'ruff', 'nbclient', 'nbformat', 'ipykernel'],
+        # The Beam pipeline (rlds_reverb.distribute); `make test` installs it.
+        'beam': ['apache-beam'],
     },
     entry_points={'console_scripts': ['rlds-reverb=rlds_reverb.cli:run']},
 )
