@@ -6,6 +6,7 @@ The package is arranged by role, in the order data flows through it:
     data/       open RLDS datasets, validate and describe them; the embedded CartPole data
     transform/  two-step trajectories (TF-Agents drop-in), item kinds, per-episode write plans
     write/      push into Reverb (writer engines), observers, resumable pushes, seeding
+    distribute/ the Apache Beam pipeline: push into several Reverb servers (`beam` extra)
     serve/      table presets and lookups, servers, checkpoints
     learn/      learner datasets: mixing, importance weights, priority updates
     export/     back to RLDS: export Reverb tables, record TF-Agents drivers
@@ -56,6 +57,8 @@ _EXPORTS = {
     'ExportError': 'rlds_reverb.core.errors:ExportError',
     'export_table': 'rlds_reverb.export.reverb_export:export_table',
     'RldsRecorder': 'rlds_reverb.export.recorder:RldsRecorder',
+    # Needs the `beam` extra (Apache Beam); imported only when used.
+    'push_with_beam': 'rlds_reverb.distribute.pipeline:push_with_beam',
 }
 
 __all__ = ['__version__', *sorted(_EXPORTS)]

@@ -123,3 +123,19 @@ def test_adders_build_on_core_only():
         if not (other.startswith('adders') or other.startswith('rlds_reverb.core'))
     }
     assert not outside, sorted(outside)
+
+
+def test_apache_beam_is_imported_only_by_distribute():
+    """Beam is an optional extra (`rlds-reverb[beam]`): only rlds_reverb.distribute imports it."""
+    outside = []
+    for path in [*(_ROOT / 'rlds_reverb').rglob('*.py'), *(_ROOT / 'adders').rglob('*.py')]:
+        if 'distribute' in path.parts:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            outside += [f'{path.name}: {n}' for n in names if n.split('.')[0] == 'apache_beam']
+    assert not outside, outside

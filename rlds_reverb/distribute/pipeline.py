@@ -314,8 +314,9 @@ def _describe_write_failure(job: _Job, address: str, error: Exception, done: dic
     held = (
         'nothing (it could not be read)'
         if before is None
-        else f'{before} items before this attempt; this attempt fully wrote '
-        f'{done["episodes"]} of its episodes in order ({done["items"]} items in all)'
+        else f'{before} items before this attempt, and had {done["items"]} items in '
+        f'{done["episodes"]} whole episode(s) of this server when it failed (the next '
+        'episode may be partly written; a re-run completes it item by item)'
     )
     return (
         f'Writing to the Reverb server at {address} (table {job.table!r}) failed: '
