@@ -54,8 +54,10 @@ def _fill_cache(data: tf.data.Dataset) -> tf.data.Dataset:
     return data
 
 
-def _start(data: tf.data.Dataset, *, max_size: int = 10**7) -> tuple[reverb.Server, reverb.Client]:
-    signature = tables.signature_for(items.TwoStep(), data)
+def _start(
+    data: tf.data.Dataset, *, max_size: int = 10**7, add_ids: bool = False
+) -> tuple[reverb.Server, reverb.Client]:
+    signature = tables.signature_for(items.TwoStep(), data, add_ids=add_ids)
     srv = reverb.Server([tables.uniform('replay', max_size=max_size, signature=signature)])
     return srv, reverb.Client(f'localhost:{srv.port}')
 
@@ -94,6 +96,24 @@ def _time_raw_loop(data, client) -> float:
 
 def _time_ours(data, client) -> float:
     return writers.push(data, client, 'replay').seconds
+
+
+def _time_ids_cost(data, steps: int, repeats: int) -> None:
+    """Prints the best steps/s of the default push and of `add_ids=True`, alternated."""
+    best = {False: 0.0, True: 0.0}
+    for _ in range(repeats):
+        for add_ids in (False, True):
+            srv, client = _start(data, add_ids=add_ids)
+            try:
+                seconds = writers.push(data, client, 'replay', add_ids=add_ids).seconds
+            finally:
+                srv.stop()
+            best[add_ids] = max(best[add_ids], steps / seconds)
+    cost = 1 - best[True] / best[False]
+    print(
+        f'push add_ids=True: {best[True]:,.0f} steps/s vs {best[False]:,.0f} without '
+        f'(best of {repeats}): costs {cost:.1%} (budget <= 5%)'
+    )
 
 
 def _run_best(name, timer, data, steps, *, repeats: int) -> float:
@@ -157,7 +177,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--anchor-episodes', type=int, default=5, help='episodes for TF-Agents')
     parser.add_argument('--workers', type=int, default=2)
     parser.add_argument('--repeats', type=int, default=3, help='best of N for raw and ours')
+    parser.add_argument(
+        '--ids-only', action='store_true', help='only measure the cost of add_ids=True'
+    )
     args = parser.parse_args(argv)
+    if args.ids_only:
+        data = _fill_cache(_make_data(args.episodes))
+        warm = _fill_cache(_make_data(1))
+        _time_ids_cost(warm, _LENGTH, 1)  # Warm up tracing.
+        _time_ids_cost(data, args.episodes * _LENGTH, args.repeats)
+        return 0
 
     print('push RLDS -> Reverb, two-step items, HalfCheetah-like float32[17], 1,000-step episodes')
     anchor = _fill_cache(_make_data(args.anchor_episodes))
@@ -200,6 +229,7 @@ def main(argv: list[str] | None = None) -> int:
         f'push {push_s:.2f} s (seed with count + checkpoint {seed_s:.2f} s), restore '
         f'{restore_s:.2f} s: restore takes {restore_s / push_s:.1%} of a push (target <= 10%)'
     )
+    _time_ids_cost(data, steps, args.repeats)
     return 0
 
 

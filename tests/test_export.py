@@ -74,6 +74,7 @@ def server_for(tmp_path):
         server.stop()
 
 
+@pytest.mark.slow  # A CartPole push and export: 12-30 s here.
 def test_episode_items_round_trip_with_metadata(cartpole_dir, tmp_path, server_for):
     episodes = load(cartpole_dir)
     item = items.Episode(501)
@@ -90,6 +91,7 @@ def test_episode_items_round_trip_with_metadata(cartpole_dir, tmp_path, server_f
     assert len(list(load(tmp_path / 'out'))) == 12
 
 
+@pytest.mark.slow  # A CartPole push and export: 12-30 s here.
 def test_two_step_items_with_ids_round_trip(cartpole_dir, tmp_path, server_for):
     episodes = load(cartpole_dir)
     address = server_for(items.TwoStep(), episodes, episode_fields=METADATA, add_ids=True)
@@ -213,6 +215,7 @@ def test_push_refuses_unknown_or_clashing_carried_fields(cartpole_episodes, serv
         push_lib.push(with_ids, address, 'replay', add_ids=True)
 
 
+@pytest.mark.slow  # A CartPole push and export: 12-30 s here.
 def test_cli_push_with_ids_then_export_and_record(cartpole_dir, tmp_path, server_for, run_cli):
     episodes = load(cartpole_dir)
     address = server_for(items.TwoStep(), episodes, episode_fields=METADATA, add_ids=True)

@@ -195,8 +195,8 @@ def _write_parts(
     chunk_parts: dict[int, list[int]] = {}
     rows, writer = part_rows, None
     try:
-        for record in _read_records(source / _ITEMS_FILE):
-            item = schema_pb2.PrioritizedItem.FromString(record)
+        for raw in _read_records(source / _ITEMS_FILE):
+            item = schema_pb2.PrioritizedItem.FromString(raw)
             if item.table != table_name:
                 continue
             if rows >= part_rows:  # Start the next part.
@@ -228,10 +228,10 @@ def _write_parts(
             tf.io.TFRecordWriter(os.fspath(d / _CHUNKS_FILE), _COMPRESSION) for d in directories
         ]
         try:
-            for record in _read_records(source / _CHUNKS_FILE):
-                key = schema_pb2.ChunkData.FromString(record).chunk_key
+            for raw in _read_records(source / _CHUNKS_FILE):
+                key = schema_pb2.ChunkData.FromString(raw).chunk_key
                 for part in chunk_parts.get(key, ()):
-                    writers[part].write(record)
+                    writers[part].write(raw)
         finally:
             for w in writers:
                 w.close()
