@@ -145,12 +145,22 @@ def _write_checkpoint(num_episodes: int, directory: str) -> None:
     server.stop()
 
 
+def _read_status_kb(field: str) -> int:
+    with open('/proc/self/status') as status:
+        for line in status:
+            if line.startswith(field):
+                return int(line.split()[1])
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+
+
 def _child_export(checkpoint: str, out: str, part_rows: int) -> None:
-    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with open('/proc/self/clear_refs', 'w') as refs:  # Resets the peak (VmHWM) to now.
+        refs.write('5')
+    before = _read_status_kb('VmRSS:')
     stats = reverb_export.export_table(
         out, 'replay', checkpoint=checkpoint, part_rows=part_rows, max_copy_bytes=0
     )
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    peak = _read_status_kb('VmHWM:')
     print(f'{stats.steps} {before} {peak}')
 
 
@@ -176,8 +186,8 @@ def _bench_memory(sizes: list[int], part_rows: int) -> None:
             steps, before, peak = map(int, result.stdout.split()[-3:])
             print(
                 f'peak RSS of export: {steps:,} steps ({num_episodes} x {_LENGTH}), '
-                f'part_rows={part_rows:,}: {peak / 1024:,.0f} MB (after imports '
-                f'{before / 1024:,.0f} MB; export adds {(peak - before) / 1024:,.0f} MB)'
+                f'part_rows={part_rows:,}: peak {peak / 1024:,.0f} MB (before export '
+                f'{before / 1024:,.0f} MB: export adds {(peak - before) / 1024:,.0f} MB)'
             )
 
 

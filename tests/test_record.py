@@ -169,3 +169,27 @@ def test_policy_info_named_like_a_step_field_is_refused():
     spec = spec._replace(policy_info={types.REWARD: spec.reward})
     with pytest.raises(ValueError, match=r"\['reward'\] have the names of RLDS step fields"):
         recorder.RldsRecorder('/tmp/never', spec)
+
+
+def test_record_episodes_refuses_bad_options(tmp_path):
+    with pytest.raises(ValueError, match='num_episodes=0 must be at least 1'):
+        collect.record_episodes(tmp_path / 'out', num_episodes=0)
+    with pytest.raises(ValueError, match='--policy scripted is the CartPole controller'):
+        collect.record_episodes(
+            tmp_path / 'out', env_name='MountainCar-v0', num_episodes=1, policy='scripted'
+        )
+    with pytest.raises(ValueError, match="policy='greedy' is not valid"):
+        collect.record_episodes(tmp_path / 'out', num_episodes=1, policy='greedy')
+
+
+def test_an_empty_dataset_is_refused_and_a_closed_writer_too(tmp_path):
+    from rlds_reverb.data import tfds_writer
+
+    writer = tfds_writer.RldsDatasetWriter(
+        tmp_path / 'toy' / '1.0.0', features=builders.step_features(), name='toy'
+    )
+    with pytest.raises(ValueError, match='No episode was added'):
+        writer.close()
+    assert not (tmp_path / 'toy' / '1.0.0').exists()
+    with pytest.raises(RuntimeError, match='is closed'):
+        writer.add_episode({types.STEPS: builders.episode(2)})

@@ -297,16 +297,22 @@ class RldsDatasetWriter:
         self._num_bytes += len(record)
 
     def close(self) -> pathlib.Path:
-        """Completes the dataset and moves it into place; returns its directory."""
+        """Completes the dataset and moves it into place; returns its directory.
+
+        Raises:
+          ValueError: If no episode was added (nothing is written then).
+        """
         if self._closed:
             return self.target
         self._closed = True
         try:
             if self._file is not None:
                 self._file.close()
-            if not self._shard_lengths:  # TFDS needs a shard, even an empty one.
-                tf.io.TFRecordWriter(os.fspath(self._shard_path(0))).close()
-                self._shard_lengths.append(0)
+            if not self.episodes_written:  # TFDS cannot read a dataset without records.
+                raise ValueError(
+                    f'No episode was added, and TFDS cannot read an empty dataset; nothing was '
+                    f'written to {self.target}.'
+                )
             template = tfds.core.ShardedFileTemplate(
                 data_dir=self._staging,
                 dataset_name=self._name,
@@ -349,7 +355,11 @@ class RldsDatasetWriter:
     def __exit__(self, error_type, error, traceback) -> None:
         if error is None:
             self.close()
-        elif self._keep_on_error and isinstance(error, Exception | KeyboardInterrupt):
+        elif (
+            self._keep_on_error
+            and self.episodes_written
+            and isinstance(error, Exception | KeyboardInterrupt)
+        ):
             count = self.episodes_written
             self.close()
             error.add_note(f'{self.target} holds the {count} whole episode(s) written before.')
