@@ -25,7 +25,6 @@ every attempt).
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import json
 import os
@@ -33,7 +32,6 @@ import re
 import tempfile
 import threading
 import time
-import traceback
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -252,11 +250,6 @@ class _WritePartition(beam.DoFn):
             _write_episodes(job, address, written, done)
         except Exception as e:
             message = _describe_write_failure(job, address, e, done)
-            # Drop the failed writers now: a Reverb writer kept alive by the traceback keeps
-            # its pending items and sends them when the server comes back (seen in
-            # tests/test_distribute.py: two stray items in a restarted server).
-            with contextlib.suppress(RuntimeError):
-                traceback.clear_frames(e.__traceback__.tb_next)
             raise RuntimeError(f'{_WORKER_ERROR}{message}') from e
         with FileSystems.create(_result_path(job.result_dir, position)) as f:
             f.write(json.dumps(dataclasses.asdict(counts)).encode())
