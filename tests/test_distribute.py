@@ -13,7 +13,6 @@ import signal
 import socket
 import subprocess
 import sys
-import threading
 import time
 
 import numpy as np
@@ -320,19 +319,19 @@ def test_a_server_killed_mid_pipeline_is_named_and_a_restart_and_rerun_complete_
             process.wait(timeout=30)
 
     addresses = [remote, f'localhost:{local.port}']
-    failure = {}
-
-    def run():
-        try:
-            pipeline.push_with_beam(
-                long_dir, addresses, _TABLE, timeout_ms=3_000, max_in_flight_items=2
-            )
-        except Exception as e:
-            failure['error'] = e
-
+    # The failing push runs as its own program, as `rlds-reverb push` does: a Reverb writer
+    # whose server died keeps its pending items while its process lives, and would send
+    # them to a server restarted on the same address (see README, Beyond one machine).
     with remote_server() as process:
-        pusher = threading.Thread(target=run)
-        pusher.start()
+        push = run_cli.start(
+            'push',
+            long_dir,
+            '--servers',
+            ','.join(addresses),
+            '--timeout-ms',
+            3000,
+            '--no-progress',
+        )
         client = reverb.Client(remote)
         deadline = time.monotonic() + 240
         while time.monotonic() < deadline and _inserted(remote) < 200:
@@ -343,11 +342,16 @@ def test_a_server_killed_mid_pipeline_is_named_and_a_restart_and_rerun_complete_
         while time.monotonic() < deadline and _inserted(remote) < high + 50:
             time.sleep(0.002)
         process.send_signal(signal.SIGKILL)
-        pusher.join(timeout=120)
-    error = failure.get('error')
-    assert isinstance(error, pipeline.DistributedPushError), error
-    assert f'Reverb server at {remote}' in str(error)
-    assert f'{remote}: not answering' in str(error)
+        err = ''
+        while 'rlds-reverb push: error:' not in err:  # Bounded: the push fails in 3 s.
+            line = push.stderr.readline()
+            assert line, err
+            err += line
+        # Known issue: the dead server's writer blocks the program's exit; stop it here.
+        push.kill()
+        push.wait(timeout=30)
+    assert f'Reverb server at {remote}' in err
+    assert f'{remote}: not answering' in err
 
     with remote_server():
         restored = _wait_inserted(remote)  # The checkpoint's items; later ones are lost.
