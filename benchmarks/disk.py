@@ -1,9 +1,10 @@
 """From TFDS directories on disk: TF-Agents' util vs ours, set-up included, one process.
 
-Writes (once, into `--data-dir`) two RLDS TFDS directories with our generator: a
-HalfCheetah-like one (observation float32[17], action float32[6], 1,000-step episodes,
-200,000 steps) and a CartPole-like one (observation float32[4], 50-step episodes, 200,000
-steps). TF-Agents reads the same directory through `tfds.builder_from_directory(...)
+Writes (once, into `--data-dir`) three RLDS TFDS directories: a HalfCheetah-like one
+(observation float32[17], action float32[6], 1,000-step episodes, 200,000 steps) and a
+CartPole-like one (observation float32[4], 50-step episodes, 200,000 steps), both with our
+generator; and an image one (observation a PNG-encoded `tfds.features.Image` uint8[64,64,3],
+100-step episodes, 20,000 steps), written by TFDS itself. TF-Agents reads the same directory through `tfds.builder_from_directory(...)
 .as_dataset()` (its nested steps), ours through `rlds_reverb.load` (whole episodes).
 
 Every timing starts before the pipeline is built (tracing included, as users pay it) and
@@ -24,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import NamedTuple
 
 import numpy as np
 import reverb
@@ -42,21 +44,82 @@ from rlds_reverb.serve import tables
 
 _BATCH = 256
 _STEPS = 200_000
-# name -> (episode length, observation shape, action shape, TF-Agents' episodes)
+
+
+class Layout(NamedTuple):
+    """One benchmark dataset: its shapes, its size and how many episodes TF-Agents reads."""
+
+    episode_length: int
+    steps: int
+    observation_shape: tuple[int, ...]
+    action_shape: tuple[int, ...]
+    anchor_episodes: int
+    image: bool = False
+
+
 _LAYOUTS = {
-    'halfcheetah_like': (1000, (17,), (6,), 10),
-    'cartpole_like': (50, (4,), (1,), 200),
+    'halfcheetah_like': Layout(1000, _STEPS, (17,), (6,), 10),
+    'cartpole_like': Layout(50, _STEPS, (4,), (1,), 200),
+    'image_like': Layout(100, 20_000, (64, 64, 3), (1,), 20, image=True),
 }
+
+
+def _write_image_dataset(data_dir: pathlib.Path, name: str) -> pathlib.Path:
+    """Writes the image layout through TFDS' own writer (PNG-encoded, as catalogues hold it)."""
+    layout = _LAYOUTS[name]
+    rng = np.random.default_rng(0)
+    step_features = {
+        types.OBSERVATION: tfds.features.Image(shape=layout.observation_shape, dtype=np.uint8),
+        types.ACTION: tfds.features.Tensor(shape=layout.action_shape, dtype=np.float32),
+        types.REWARD: tfds.features.Scalar(dtype=np.float32),
+        types.DISCOUNT: tfds.features.Scalar(dtype=np.float32),
+    }
+    features = tfds_writer.make_rlds_features(step_features)
+
+    def _episode(length: int) -> dict:
+        # Smooth images with noise compress as camera frames do, unlike pure noise.
+        base = rng.integers(0, 200, size=layout.observation_shape, dtype=np.uint8)
+        noise = rng.integers(0, 8, size=(length, *layout.observation_shape), dtype=np.uint8)
+        flags = np.arange(length)
+        return {
+            types.STEPS: {
+                types.OBSERVATION: base[None] + noise,
+                types.ACTION: rng.standard_normal((length, *layout.action_shape), np.float32),
+                types.REWARD: rng.standard_normal(length, np.float32),
+                types.DISCOUNT: np.ones(length, np.float32),
+                types.IS_FIRST: flags == 0,
+                types.IS_LAST: flags == length - 1,
+                types.IS_TERMINAL: np.zeros(length, bool),
+            }
+        }
+
+    count = layout.steps // layout.episode_length
+    tfds.dataset_builders.store_as_tfds_dataset(
+        name=name,
+        version='1.0.0',
+        features=features,
+        split_datasets={'train': [(str(i), _episode(layout.episode_length)) for i in range(count)]},
+        data_dir=os.fspath(data_dir),
+        disable_shuffling=True,
+    )
+    return data_dir / name / '1.0.0'
 
 
 def write_dataset(data_dir: pathlib.Path, name: str) -> pathlib.Path:
     """Writes (unless present) the layout `name` as a TFDS directory; returns it."""
-    length, obs_shape, action_shape, _ = _LAYOUTS[name]
+    layout = _LAYOUTS[name]
+    length, obs_shape, action_shape = (
+        layout.episode_length,
+        layout.observation_shape,
+        layout.action_shape,
+    )
     target = data_dir / name / '1.0.0'
     if (target / 'dataset_info.json').is_file():
         return target
+    if layout.image:
+        return _write_image_dataset(data_dir, name)
     data = synthetic.make_synthetic_episodes(
-        num_episodes=_STEPS // length,
+        num_episodes=layout.steps // length,
         episode_length=length,
         observation_shape=obs_shape,
         action_shape=action_shape,
@@ -99,7 +162,8 @@ def _row(name: str, steps: int, seconds: float, first: float) -> float:
 
 def _critic(observation: tf.Tensor) -> tf.Tensor:
     """A stand-in critic: the mean of the observation (the data have no values)."""
-    return tf.reduce_mean(observation, axis=-1)
+    flat = tf.reshape(observation, [tf.shape(observation)[0], -1])
+    return tf.reduce_mean(tf.cast(flat, tf.float32), axis=-1)
 
 
 def _trajectory_steps(batch) -> int:
@@ -140,7 +204,7 @@ def _push_ours(directory: pathlib.Path) -> tuple[int, float, float]:
 
 
 def run_layout(directory: pathlib.Path, name: str) -> None:
-    anchor_episodes = _LAYOUTS[name][3]
+    anchor_episodes = _LAYOUTS[name].anchor_episodes
     print(f'\n== {name}: {directory}')
 
     def _tfa_convert():
@@ -182,7 +246,7 @@ def _probe_rss(directory: str, episodes: int) -> None:
 
 
 def measure_rss(directory: pathlib.Path) -> None:
-    total = _STEPS // _LAYOUTS['halfcheetah_like'][0]
+    total = _STEPS // _LAYOUTS['halfcheetah_like'].episode_length
     for episodes in (total // 4, total):
         out = subprocess.run(
             [sys.executable, '-m', 'benchmarks.disk', '--probe-rss', str(directory), str(episodes)],
@@ -198,17 +262,20 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument('--data-dir', type=pathlib.Path, default=None)
     parser.add_argument('--rss', action='store_true', help='also measure peak RSS')
+    parser.add_argument(
+        '--layouts', nargs='+', choices=sorted(_LAYOUTS), default=list(_LAYOUTS), help='datasets'
+    )
     parser.add_argument('--probe-rss', nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.probe_rss:
         _probe_rss(args.probe_rss[0], int(args.probe_rss[1]))
         return 0
     data_dir = args.data_dir or pathlib.Path(tempfile.gettempdir()) / 'rlds_reverb_bench'
-    directories = {name: write_dataset(data_dir, name) for name in _LAYOUTS}
+    directories = {name: write_dataset(data_dir, name) for name in args.layouts}
     for name, directory in directories.items():
         run_layout(directory, name)
     if args.rss:
-        measure_rss(directories['halfcheetah_like'])
+        measure_rss(write_dataset(data_dir, 'halfcheetah_like'))
     return 0
 
 

@@ -260,8 +260,6 @@ def _read_whole_episodes(
         )
     except (ValueError, KeyError, AssertionError, tf.errors.OpError) as e:
         raise SourceError(f'Could not read split {split!r} of {where}: {e}') from e
-    encoded_spec = select_step_fields(encoded.element_spec[types.STEPS], paths, where=where)
-    _check_decodable(decoder, encoded_spec, where=where)
 
     def _decode(episode: dict) -> dict:
         raw = select_step_fields(episode[types.STEPS], paths, where=where)
@@ -273,54 +271,87 @@ def _read_whole_episodes(
 
     if types.DISCOUNT not in step_features and types.REWARD in step_features:
         _warn_no_discount(where, stacklevel=4)
-    return encoded.map(
-        episodes_lib.without_autograph(_decode),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True,
-    )
+    try:
+        return encoded.map(
+            episodes_lib.without_autograph(_decode),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+    except Exception:  # Tracing failed: find and name the field (traced alone, once each).
+        encoded_spec = select_step_fields(encoded.element_spec[types.STEPS], paths, where=where)
+        _check_decodable(decoder, encoded_spec, where=where)
+        raise
 
 
 def _check_step_counts(steps: dict, *, where: str) -> dict:
     """Returns `steps`, failing while read if a field's step count differs from the flags'.
 
     A record that lacks a step field (written under other features) decodes it with zero
-    steps; the nested reader failed there too, without naming the field.
+    steps; the nested reader failed there too, without naming the field. One `Assert` op
+    checks every field (one `assert_equal` per field cost 0.3 s of tracing per `load`), and
+    its message lists the fields whose count differs.
     """
-    length = tf.shape(steps[types.IS_FIRST])[0]
-    checks = [
-        tf.debugging.assert_equal(
-            tf.shape(x)[0],
-            length,
-            message=(
-                f"{where}: an episode's step field '{'/'.join(map(str, path))}' has a "
-                f"different number of steps than its '{types.IS_FIRST}' flags, so the record "
-                'is not a valid episode (a field missing from it?). '
-                "load(..., check_files='full') names the shard and record."
-            ),
-        )
-        for path, x in tree.flatten_with_path(steps)
-    ]
-    with tf.control_dependencies(checks):
+    flat = tree.flatten_with_path(steps)
+    names = tf.constant(['/'.join(map(str, path)) for path, _ in flat])
+    counts = tf.stack([tf.shape(x)[0] for _, x in flat])
+    differs = tf.not_equal(counts, tf.shape(steps[types.IS_FIRST])[0])
+    check = tf.debugging.Assert(
+        tf.logical_not(tf.reduce_any(differs)),
+        [
+            f"{where}: an episode's step field has a different number of steps than its "
+            f"'{types.IS_FIRST}' flags, so the record is not a valid episode (a field missing "
+            "from it?). load(..., check_files='full') names the shard and record. Fields:",
+            tf.boolean_mask(names, differs),
+        ],
+    )
+    with tf.control_dependencies([check]):
         return tf.nest.map_structure(tf.identity, steps)
 
 
+def _make_decode_probe(sequence: tfds.features.Sequence, not_tensors: list[str]):
+    """Returns a function decoding one field's steps that lists non-tensor outputs."""
+
+    def _probe(raw):
+        decoded = sequence.decode_example(raw)
+        not_tensors.extend(
+            type(leaf).__name__
+            for leaf in tf.nest.flatten(decoded)
+            if not isinstance(leaf, tf.Tensor)
+        )
+        return tf.constant(0)
+
+    return _probe
+
+
 def _check_decodable(decoder: tfds.features.Sequence, encoded_spec: Mapping, *, where: str) -> None:
-    """Raises `SourceError` naming the step feature that cannot be decoded as a batch."""
+    """Raises `SourceError` naming the step feature that cannot be decoded as a batch.
+
+    A feature fails when its batch decoder does not trace, or when it decodes to something
+    other than tensors (a `tfds.features.Dataset` inside each step decodes to datasets).
+    """
     for name, feature in decoder.feature.items():
         spec = encoded_spec[name]
         sequence = tfds.features.Sequence(feature)
 
-        def _trace(raw, sequence=sequence):
-            return sequence.decode_example(raw)
+        not_tensors: list[str] = []
 
+        advice = (
+            'Leave the field out with step_fields=, or read the nested steps with '
+            'load(..., whole_episodes=False).'
+        )
         try:
-            tf.function(_trace).get_concrete_function(spec)
+            tf.function(_make_decode_probe(sequence, not_tensors)).get_concrete_function(spec)
         except Exception as e:  # TFDS features raise many types for unsupported data.
             raise SourceError(
                 f'{where}: step field {name!r} ({type(feature).__name__}) cannot be decoded '
-                f'as a whole episode ({type(e).__name__}: {e}). Read the nested steps with '
-                f'load(..., whole_episodes=False), or leave the field out with step_fields=.'
+                f'as a whole episode ({type(e).__name__}: {e}). {advice}'
             ) from e
+        if not_tensors:
+            raise SourceError(
+                f'{where}: step field {name!r} ({type(feature).__name__}) decodes to a '
+                f'{not_tensors[0]} in each step, not to a tensor, so its steps cannot be held '
+                f'as one episode tensor (and no transform of the toolkit takes it). {advice}'
+            )
 
 
 def open_builder(
