@@ -9,11 +9,12 @@ Every run pushes two-step items into fresh in-process Reverb servers (uniform ta
   W = 1 (in-process) and W = 2 (`--direct_running_mode=multi_processing`) workers into
   S = 1 and 2 servers.
 
-It also measures the two stage rates the pipeline is made of, in this process: planning
-(read + decode + validate + build plans, per worker) and writing (append plans to one
-server, per server), and prints a model of the pipeline's throughput for W workers and S
-servers from them: the plan stage runs on min(W, cores) workers, then (after the shuffle)
-the write stage on min(W, S) writers, plus a fixed start-up cost.
+It also measures the rates of the pipeline's two stages in this process: counting (read +
+decode + validate + count items, per worker) and writing (each writer reads, plans and
+writes its own episodes as `push` does, so its rate is the anchor's), and prints a model of
+the pipeline's throughput for W workers and S servers from them: the count stage runs on
+min(W, cores) workers, then (after the shuffle of metadata) the write stage on
+min(W, S, cores) writers, plus a fixed start-up cost.
 
 Run: `.venv/bin/python -m benchmarks.beam [--episodes 60]`.
 """
@@ -27,7 +28,6 @@ import time
 
 import numpy as np
 import reverb
-import tree
 
 from benchmarks.common import print_row
 from rlds_reverb.core import episodes as episodes_lib
@@ -38,8 +38,7 @@ from rlds_reverb.data.synthetic import make_synthetic_episodes
 from rlds_reverb.distribute import pipeline
 from rlds_reverb.serve import tables
 from rlds_reverb.transform import items
-from rlds_reverb.transform.plans import make_episode_plans
-from rlds_reverb.write import engines
+from rlds_reverb.transform.plans import summarize_episodes
 from rlds_reverb.write import push as push_lib
 
 _LENGTH = 1000
@@ -101,39 +100,21 @@ def _beam(path: str, workers: int, num_servers: int) -> float:
     return result.steps_per_second
 
 
-def _stage_rates(path: str) -> tuple[float, float]:
-    """Returns (plan steps/s per worker, write steps/s per server), measured in this process."""
+def _count_rate(path: str) -> float:
+    """Returns the count stage's steps/s per worker (read, decode, validate, count items)."""
     start = time.perf_counter()
-    plans = list(make_episode_plans(load(path), items.TwoStep()).as_numpy_iterator())
-    plan_seconds = time.perf_counter() - start
-    steps = sum(p.length for p in plans)
-    (server,) = _servers(path, 1)
-    engine = engines.make_engine(
-        reverb.Client(f'localhost:{server.port}'),
-        items.TwoStep(),
-        ['replay'],
-        num_columns=len(tree.flatten(plans[0].rows)),
-        priority=1.0,
-        max_in_flight_items=push_lib.DEFAULT_MAX_IN_FLIGHT_ITEMS,
-        timeout_ms=60_000,
+    steps = sum(
+        int(summary.length)
+        for summary, _ in summarize_episodes(load(path), items.TwoStep()).as_numpy_iterator()
     )
-    start = time.perf_counter()
-    for plan in plans:
-        engine.write_episode(plan)
-    write_seconds = time.perf_counter() - start
-    server.stop()
-    print_row(
-        'stage: plan (read, decode, validate), 1 worker', steps / plan_seconds, steps, plan_seconds
-    )
-    print_row(
-        'stage: write (plans into 1 server), 1 writer', steps / write_seconds, steps, write_seconds
-    )
-    return steps / plan_seconds, steps / write_seconds
+    seconds = time.perf_counter() - start
+    print_row('stage: count (read, decode, validate), 1 worker', steps / seconds, steps, seconds)
+    return steps / seconds
 
 
 def _model(
     steps: int,
-    plan_rate: float,
+    count_rate: float,
     write_rate: float,
     startup_s: float,
     workers: int,
@@ -143,7 +124,7 @@ def _model(
     """Steps/s the model expects for W workers and S servers."""
     seconds = (
         startup_s
-        + steps / (min(workers, cores) * plan_rate)
+        + steps / (min(workers, cores) * count_rate)
         + steps / (min(workers, num_servers, cores) * write_rate)
     )
     return steps / seconds
@@ -159,7 +140,7 @@ def main() -> None:
         steps = args.episodes * _LENGTH
         print(f'{args.episodes} episodes, {steps:,} steps, {cores} cores')
         anchor = _anchor(path)
-        plan_rate, write_rate = _stage_rates(path)
+        count_rate, write_rate = _count_rate(path), anchor
         rates = {(w, s): _beam(path, w, s) for w in (1, 2) for s in (1, 2)}
     one = rates[1, 1]
     print(f'Beam 1 worker vs push: {anchor / one:.2f}x slower (target <= 1.5x)')
@@ -169,17 +150,17 @@ def main() -> None:
             f'scaling efficiency {rate / (w * one):.2f} (vs W x the 1-worker rate)'
         )
     # Start-up: what the 1-worker run lost beyond its two stages.
-    startup_s = max(0.0, steps / one - steps / plan_rate - steps / write_rate)
+    startup_s = max(0.0, steps / one - steps / count_rate - steps / write_rate)
     print(
-        f'Model (start-up {startup_s:.1f} s, plan {plan_rate:,.0f}/worker, write '
+        f'Model (start-up {startup_s:.1f} s, count {count_rate:,.0f}/worker, write '
         f'{write_rate:,.0f}/server, stages in sequence):'
     )
     for w in (1, 2, 4, 8):
         row = [
-            f'S={s}: {_model(steps, plan_rate, write_rate, startup_s, w, s, cores):>9,.0f}'
+            f'S={s}: {_model(steps, count_rate, write_rate, startup_s, w, s, cores):>9,.0f}'
             for s in (1, 2, 4, 8)
         ]
-        row_big = _model(steps, plan_rate, write_rate, startup_s, w, w, 10**6)
+        row_big = _model(steps, count_rate, write_rate, startup_s, w, w, 10**6)
         print(f'  W={w}: ' + '  '.join(row) + f'   (W cores, S=W: {row_big:,.0f})')
 
 

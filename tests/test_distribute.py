@@ -146,6 +146,21 @@ def test_list_shard_ranges_covers_the_split_by_shard(dataset_dir):
         routing.list_shard_ranges(open_builder(dataset_dir), 'test')
 
 
+def test_group_shard_ranges_joins_neighbours_into_balanced_groups():
+    ranges = [routing.ShardRange(f'shard-{i}', 5 * i, 5) for i in range(7)]
+    for num_groups in range(1, 10):
+        groups = routing.group_shard_ranges(ranges, num_groups)
+        assert len(groups) == min(num_groups, 7)
+        # Consecutive, whole shards, covering episodes 0..34 once.
+        assert [g.first for g in groups] == [0, *np.cumsum([g.count for g in groups])[:-1]]
+        assert sum(g.count for g in groups) == 35
+        assert all(g.count % 5 == 0 for g in groups)
+        assert max(g.count for g in groups) - min(g.count for g in groups) <= 5
+    assert routing.group_shard_ranges(ranges, 2)[1].filename == 'shard-4 .. shard-6'
+    with pytest.raises(ValueError, match='num_groups=0'):
+        routing.group_shard_ranges(ranges, 0)
+
+
 # --- Item-level resume (no Beam) -------------------------------------------------------------
 
 

@@ -3,19 +3,22 @@
 The same pipeline runs on Beam's DirectRunner on one machine and on Flink, Spark or
 Dataflow in a cluster (README, "Beyond one machine"). Its stages:
 
-1. **Plan** (parallel by shard file): each worker opens its shard's episodes
-   (`builder.info.splits[split].file_instructions`), validates them and builds their
-   `EpisodePlan`s (rows, item windows, priorities) with `rlds_reverb.transform.plans`,
-   as `push` does. Invalid episodes raise (`on_invalid='raise'`: before anything is
-   written, as the writers wait for every plan) or are counted and dropped (`'skip'`).
+1. **Count** (parallel by groups of neighbouring shard files, two per worker): each worker
+   reads its group's episodes (`builder.info.splits[split].file_instructions`), validates them and counts their items
+   (`rlds_reverb.transform.plans.summarize_episodes`; no rows are built). Invalid episodes
+   raise (`on_invalid='raise'`: before anything is written, as the writers wait for every
+   count) or are counted and dropped (`'skip'`).
 2. **Route**: every episode goes to a server by `routing.assign_servers` (balanced item
-   counts, a function of the dataset, split, item kind and server list only).
-3. **Write** (one writer per (server, table) partition): the partition's episodes, sorted by
-   index, are written with `push`'s writer engines. The writer first reads the table's
-   insert count and skips what the table already holds, down to single items of a partly
-   written episode (`rlds_reverb.write.resume.find_resume_point`). A replayed bundle, a
-   worker killed part way, or a server restarted from a checkpoint followed by a re-run
-   therefore leave every item in its server exactly once.
+   counts, a function of the dataset, split, item kind and server list only). Only this
+   metadata (index, steps, items) crosses Beam's shuffle, never the episodes' data.
+3. **Write** (one writer per (server, table) partition): the writer reads its own episodes
+   from the dataset, plans them (rows, item windows, priorities) and writes them in index
+   order with `push`'s writer engines, streaming as `push` does (memory stays flat in the
+   dataset's size). The writer first reads the table's insert count and skips what the
+   table already holds, down to single items of a partly written episode
+   (`rlds_reverb.write.resume.find_resume_point`). A replayed bundle, a worker killed part
+   way, or a server restarted from a checkpoint followed by a re-run therefore leave every
+   item in its server exactly once.
 
 Exactly once assumes: one pipeline at a time writes the table (no concurrent speculative
 attempts of a partition's writer), the table holds only this dataset's items for this
@@ -38,16 +41,23 @@ from typing import Any
 import apache_beam as beam
 import numpy as np
 import reverb
+import tensorflow as tf
 import tree
 from apache_beam.io.filesystems import FileSystems
-from apache_beam.options.pipeline_options import PipelineOptions
+from apache_beam.options.pipeline_options import (
+    DirectOptions,
+    PipelineOptions,
+    StandardOptions,
+    WorkerOptions,
+)
 
+from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import errors, specs, types
 from rlds_reverb.data import loading, validation
 from rlds_reverb.distribute import routing
 from rlds_reverb.serve import table_info
 from rlds_reverb.transform import items as items_lib
-from rlds_reverb.transform.plans import EpisodePlan, PriorityFn, make_episode_plans
+from rlds_reverb.transform.plans import PriorityFn, make_episode_plans, summarize_episodes
 from rlds_reverb.write import engines, resume
 from rlds_reverb.write import push as push_lib
 
@@ -56,6 +66,9 @@ ProgressFn = Callable[[int], None]
 # What a worker's error starts with, so that the driver finds it in the runner's traceback.
 _WORKER_ERROR = '[rlds-reverb worker] '
 _PROGRESS_PERIOD_S = 0.5
+# Shard groups per worker: enough to balance the workers, few enough that each read's fixed
+# set-up (opening the dataset, tracing) is paid a handful of times, not once per shard.
+_GROUPS_PER_WORKER = 2
 
 
 class DistributedPushError(errors.PushError):
@@ -83,12 +96,12 @@ class _Job:
 
 @dataclasses.dataclass
 class _Episode:
-    """One planned episode on its way to its server (plan is None for a skipped one)."""
+    """One counted episode on its way to its server (only metadata crosses the shuffle)."""
 
     index: int
     length: int
     num_items: int
-    plan: EpisodePlan | None
+    valid: bool
 
 
 @dataclasses.dataclass
@@ -158,11 +171,11 @@ class BeamPushResult:
         return '\n'.join(lines)
 
 
-# --- Stage 1: plan each shard's episodes ---------------------------------------------------
+# --- Stage 1: count each shard's episodes --------------------------------------------------
 
 
-class _PlanShard(beam.DoFn):
-    """Reads one shard's episodes, validates them and yields their plans (`_Episode`s)."""
+class _CountShard(beam.DoFn):
+    """Reads one shard's episodes, validates them and yields their item counts."""
 
     def __init__(self, job: _Job):
         self._job = job
@@ -176,31 +189,28 @@ class _PlanShard(beam.DoFn):
                 check_files=False,
             )
             checker = validation.EpisodeChecker(specs.get_step_spec(episodes))
-            plans = make_episode_plans(
-                episodes, job.item, priority=job.priority, policy_info_fn=job.policy_info_fn
-            )
-            for local, plan in validation.read_episodes(plans):
+            counted = summarize_episodes(episodes, job.item)
+            for local, element in validation.read_episodes(counted):
                 index = shard.first + local
-                problems = checker.find_problems(
-                    index, plan if isinstance(plan, Exception) else plan.summary
-                )
+                summary, count = (element, 0) if isinstance(element, Exception) else element
+                problems = checker.find_problems(index, summary)
                 if problems:
                     if job.mode is types.ValidationMode.RAISE:
                         raise errors.InvalidEpisodeError(index, problems)
-                    length = 0 if isinstance(plan, Exception) else plan.length
-                    yield _Episode(index, length, 0, None)
+                    length = 0 if isinstance(summary, Exception) else int(summary.length)
+                    yield _Episode(index, length, 0, valid=False)
                     continue
-                reason = job.item.describe_length_problem(plan.length)
+                reason = job.item.describe_length_problem(int(summary.length))
                 if reason:
                     raise errors.EpisodeTooLongError(
                         f'Episode {index}: {reason}.', episodes_written=0, items_written=0
                     )
-                yield _Episode(index, plan.length, plan.num_items, plan)
+                yield _Episode(index, int(summary.length), int(count), valid=True)
         except Exception as e:
             raise RuntimeError(
                 f'{_WORKER_ERROR}Reading shard {shard.filename} (episodes {shard.first}..'
                 f'{shard.first + shard.count - 1}) failed: {_one_line(e)} Nothing was written '
-                '(writers start after every episode is planned).'
+                '(writers start after every episode is counted).'
             ) from e
 
 
@@ -237,7 +247,7 @@ class _WritePartition(beam.DoFn):
         job = self._job
         address = job.servers[position]
         ordered = sorted(group, key=lambda e: e.index)
-        written = [e for e in ordered if e.plan is not None]
+        written = [e for e in ordered if e.valid]
         counts = ServerCounts(
             address,
             episodes=len(written),
@@ -254,6 +264,48 @@ class _WritePartition(beam.DoFn):
         with FileSystems.create(_result_path(job.result_dir, position)) as f:
             f.write(json.dumps(dataclasses.asdict(counts)).encode())
         yield counts
+
+
+def _plan_episodes(job: _Job, indices: Sequence[int]) -> tf.data.Dataset:
+    """Returns the plans of the split's episodes at `indices` (ascending), in that order.
+
+    The writer reads the whole split and keeps its own episodes: reading and decoding run
+    far faster than writing, and the shuffle then never carries episode data.
+    """
+    wanted = np.zeros(max(indices) + 1, dtype=bool)
+    wanted[list(indices)] = True
+    wanted = tf.constant(wanted)
+    last = len(wanted) - 1
+    loaded = loading.load(job.dataset_dir, split=job.split, check_files=False)
+    picked = (
+        episodes_lib.to_whole_episodes(loaded)
+        .take(last + 1)
+        .enumerate()
+        .filter(lambda i, _: wanted[i])
+        .map(lambda _, episode: episode)
+    )
+    return make_episode_plans(
+        episodes_lib.from_whole_episodes(picked),
+        job.item,
+        priority=job.priority,
+        policy_info_fn=job.policy_info_fn,
+    )
+
+
+def _read_plans(job: _Job, episodes: list[_Episode]):
+    """Yields the plans of `episodes`; fails if one no longer reads as it was counted."""
+    plans = validation.read_episodes(_plan_episodes(job, [e.index for e in episodes]))
+    for episode, (_, plan) in zip(episodes, plans, strict=False):
+        if isinstance(plan, Exception) or plan.num_items != episode.num_items:
+            found = _one_line(plan) if isinstance(plan, Exception) else f'{plan.num_items} items'
+            raise errors.PushError(
+                f'Episode {episode.index} reads differently than when it was counted '
+                f'({episode.num_items} items; now {found}). Was the dataset changed during '
+                'the push?',
+                episodes_written=0,
+                items_written=0,
+            )
+        yield plan
 
 
 def _write_episodes(job: _Job, address: str, episodes: list[_Episode], done: dict) -> None:
@@ -277,12 +329,12 @@ def _write_episodes(job: _Job, address: str, episodes: list[_Episode], done: dic
     if not episodes or point.episode == len(episodes):
         return
     constant = None if callable(job.priority) else float(job.priority)
-    first = point.episode
+    plans = _read_plans(job, episodes[point.episode :])
     if point.items:
         done['items'] += resume.write_remaining_items(
             client,
             job.table,
-            episodes[first].plan,
+            next(plans),
             point.items,
             item=job.item,
             priority=constant,
@@ -290,23 +342,23 @@ def _write_episodes(job: _Job, address: str, episodes: list[_Episode], done: dic
             max_in_flight_items=job.max_in_flight_items,
         )
         done['episodes'] += 1
-        first += 1
-    if first == len(episodes):
-        return
-    engine = engines.make_engine(
-        client,
-        job.item,
-        [job.table],
-        num_columns=len(tree.flatten(episodes[first].plan.rows)),
-        priority=constant,
-        kind=job.engine,
-        max_in_flight_items=job.max_in_flight_items,
-        timeout_ms=job.timeout_ms,
-    )
-    for episode in episodes[first:]:
-        done['items'] += engine.write_episode(episode.plan)
+    engine = None
+    for plan in plans:
+        if engine is None:
+            engine = engines.make_engine(
+                client,
+                job.item,
+                [job.table],
+                num_columns=len(tree.flatten(plan.rows)),
+                priority=constant,
+                kind=job.engine,
+                max_in_flight_items=job.max_in_flight_items,
+                timeout_ms=job.timeout_ms,
+            )
+        done['items'] += engine.write_episode(plan)
         done['episodes'] += 1
-    done['items'] += engine.finish()
+    if engine is not None:
+        done['items'] += engine.finish()
 
 
 def _describe_write_failure(job: _Job, address: str, error: Exception, done: dict) -> str:
@@ -389,6 +441,18 @@ class _ProgressPoller:
         self._thread.join()
 
 
+def _count_workers(options: PipelineOptions) -> int:
+    """Returns how many workers the runner will use, as far as its options say."""
+    direct = options.view_as(DirectOptions).direct_num_workers
+    worker = options.view_as(WorkerOptions)
+    flink = options.get_all_options(retain_unknown_options=True).get('parallelism')
+    given = max(worker.num_workers or 0, worker.max_num_workers or 0, int(flink or 0))
+    runner = options.view_as(StandardOptions).runner or 'DirectRunner'
+    if 'Direct' in str(runner):
+        given = direct
+    return given if given and given > 0 else (os.cpu_count() or 1)
+
+
 def _make_options(pipeline_options) -> PipelineOptions:
     if pipeline_options is None:
         return PipelineOptions(['--runner=DirectRunner'])
@@ -398,21 +462,21 @@ def _make_options(pipeline_options) -> PipelineOptions:
 
 
 def build_pipeline(pipeline: beam.Pipeline, job: _Job, shards: list[routing.ShardRange]):
-    """Adds the plan, route and write stages to `pipeline`; returns the written counts."""
-    planned = (
+    """Adds the count, route and write stages to `pipeline`; returns the written counts."""
+    counted = (
         pipeline
         | 'Shards' >> beam.Create(shards)
         | 'Spread shards' >> beam.Reshuffle()
-        | 'Plan' >> beam.ParDo(_PlanShard(job))
+        | 'Count' >> beam.ParDo(_CountShard(job))
     )
     placement = (
-        planned
+        counted
         | 'Item counts' >> beam.Map(lambda e: (e.index, e.num_items))
         | 'All counts' >> beam.combiners.ToList()
         | 'Place' >> beam.Map(_place, len(job.servers))
     )
     return (
-        planned
+        counted
         | 'Route'
         >> beam.Map(lambda e, where: (where[e.index], e), where=beam.pvalue.AsSingleton(placement))
         | 'By server' >> beam.GroupByKey()
@@ -499,7 +563,10 @@ def push_with_beam(
     if not addresses or len(set(addresses)) != len(addresses):
         raise ValueError(f'servers={servers!r} is not valid; expected distinct host:port values.')
     builder = loading.open_builder(source, data_dir=data_dir)
-    shards = routing.list_shard_ranges(builder, split)
+    options = _make_options(pipeline_options)
+    shards = routing.group_shard_ranges(
+        routing.list_shard_ranges(builder, split), _GROUPS_PER_WORKER * _count_workers(options)
+    )
     episodes = loading.load(builder.data_dir, split=split)  # Checks features and shards.
     validation.check_step_spec(specs.get_step_spec(episodes))
     item_spec = item.compute_item_spec(episodes, policy_info_fn=policy_info_fn)
@@ -519,7 +586,7 @@ def push_with_beam(
         allow_eviction=allow_eviction,
         result_dir=result_dir or tempfile.mkdtemp(prefix='rlds_reverb_beam_'),
     )
-    pipeline = beam.Pipeline(options=_make_options(pipeline_options))
+    pipeline = beam.Pipeline(options=options)
     build_pipeline(pipeline, job, shards)
     poller = _ProgressPoller(addresses, table, before, progress) if progress else None
     try:

@@ -5,6 +5,9 @@ tests use these plain functions.
 
 * `list_shard_ranges` cuts a TFDS split into one range of episode indices per shard file
   (`builder.info.splits[split].file_instructions`), the unit a worker reads.
+* `group_shard_ranges` joins neighbouring ranges into fewer, balanced ones: each read
+  costs a fixed set-up (opening the dataset, tracing its functions), which small shards
+  would pay many times over.
 * `assign_servers` places each episode on a server: in episode-index order, each episode
   goes to the server with the fewest items so far (ties: the first in the list). It is a
   function of the dataset, the split, the item kind and the server list only, so a re-run
@@ -65,6 +68,41 @@ def list_shard_ranges(builder, split: str) -> list[ShardRange]:
             ranges.append(ShardRange(str(instruction.filename), first, count))
         first += max(count, 0)
     return ranges
+
+
+def group_shard_ranges(ranges: Sequence[ShardRange], num_groups: int) -> list[ShardRange]:
+    """Joins neighbouring shard ranges into at most `num_groups` ranges of similar size.
+
+    Args:
+      ranges: Consecutive ranges (`list_shard_ranges`).
+      num_groups: The most ranges to return (at least 1).
+
+    Returns:
+      Consecutive ranges covering the same episodes, whole shards each; a joined range's
+      `filename` names its first and last shard files.
+
+    Raises:
+      ValueError: If `num_groups` < 1.
+
+    Example:
+      >>> group_shard_ranges(list_shard_ranges(builder, 'train'), 4)
+    """
+    if num_groups < 1:
+        raise ValueError(f'num_groups={num_groups} must be at least 1.')
+    if len(ranges) <= num_groups:
+        return list(ranges)
+    counts = np.array([r.count for r in ranges], dtype=np.int64)
+    # Cut where the running episode count crosses each multiple of total / num_groups.
+    ends = np.cumsum(counts)
+    targets = ends[-1] * np.arange(1, num_groups) / num_groups
+    cuts = np.unique(np.searchsorted(ends, targets, side='left') + 1)
+    groups = np.split(np.arange(len(ranges)), cuts[(cuts > 0) & (cuts < len(ranges))])
+    joined = []
+    for group in groups:
+        first, last = ranges[group[0]], ranges[group[-1]]
+        name = first.filename if first is last else f'{first.filename} .. {last.filename}'
+        joined.append(ShardRange(name, first.first, int(counts[group].sum())))
+    return joined
 
 
 def assign_servers(counts: Sequence[int], num_servers: int) -> np.ndarray:

@@ -106,6 +106,38 @@ def make_episode_plans(
     return plans.prefetch(tf.data.AUTOTUNE)
 
 
+def summarize_episodes(
+    episodes: tf.data.Dataset, item: items_lib.ItemKind, count_fn=None
+) -> tf.data.Dataset:
+    """Returns `(summary, items)` per episode: what validation needs and the item count.
+
+    Cheaper than `make_episode_plans` (no rows are built): the Beam pipeline routes
+    episodes by these counts before any is written.
+
+    Args:
+      episodes: An RLDS dataset.
+      item: The item kind (not crossing episodes).
+      count_fn: `fn(steps) -> count`; default: the number of the item kind's windows.
+
+    Returns:
+      A dataset of `(validation.EpisodeSummary, int count)`, in episode order.
+
+    Example:
+      >>> for summary, count in summarize_episodes(episodes, items.TwoStep()): ...
+    """
+    count_fn = count_fn or (lambda steps: tf.size(item.compute_windows(steps)[0]))
+
+    def _count(steps: types.Nest) -> tuple[validation.EpisodeSummary, tf.Tensor]:
+        return validation.summarize_episode(steps), count_fn(steps)
+
+    tensors = episodes_lib.to_episode_tensors(item.prepare_episodes(episodes))
+    return tensors.map(
+        episodes_lib.without_autograph(_count),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+
+
 def _count_per_valid_episode(
     episodes: tf.data.Dataset, item: items_lib.ItemKind, count_fn
 ) -> np.ndarray:
@@ -115,15 +147,7 @@ def _count_per_valid_episode(
     cannot be decoded.
     """
 
-    def _count(steps: types.Nest) -> tuple[validation.EpisodeSummary, tf.Tensor]:
-        return validation.summarize_episode(steps), count_fn(steps)
-
-    tensors = episodes_lib.to_episode_tensors(item.prepare_episodes(episodes))
-    counted = tensors.map(
-        episodes_lib.without_autograph(_count),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True,
-    )
+    counted = summarize_episodes(episodes, item, count_fn)
     checker = validation.EpisodeChecker(specs.get_step_spec(episodes))
     counts = []
     for index, element in validation.read_episodes(counted):
