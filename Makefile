@@ -32,7 +32,7 @@ test-fast: $(STAMP) lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests
 
 bench: $(STAMP)
-	@for name in convert push adders sample beam; do \
+	@for name in disk convert push adders sample beam export; do \
 	  if [ -f benchmarks/$$name.py ]; then $(BIN)/python -m benchmarks.$$name; fi; \
 	done
 

@@ -219,6 +219,12 @@ def run_layout(directory: pathlib.Path, name: str) -> None:
     def _ours_adder(adder):
         return lambda: episodes_lib.to_episode_tensors(rlds_reverb.load(directory).apply(adder))
 
+    _row(
+        'ours load (whole episodes, read only)',
+        *_consume(
+            lambda: episodes_lib.to_episode_tensors(rlds_reverb.load(directory)), _episode_steps
+        ),
+    )
     anchor = _row('TF-Agents convert .batch(256)', *_consume(_tfa_convert, _trajectory_steps))
     ours = _row('ours convert batch_size=256', *_consume(_ours_convert, _trajectory_steps))
     print(f'  ratio convert: {ours / anchor:.1f}x (target >= 20x)')
