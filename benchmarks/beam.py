@@ -76,12 +76,18 @@ def _servers(path: str, count: int) -> list[reverb.Server]:
     ]
 
 
-def _anchor(path: str) -> float:
+def _anchor(path: str) -> tuple[float, float]:
+    """Returns push's (steps/s, CPU-seconds per step: reader, writer and server together)."""
     (server,) = _servers(path, 1)
+    cpu = time.process_time()
     stats = push_lib.push(load(path), f'localhost:{server.port}', 'replay')
+    cpu = time.process_time() - cpu
     server.stop()
     print_row('push, one process (anchor)', stats.steps_per_second, stats.steps, stats.seconds)
-    return stats.steps_per_second
+    print(
+        f'    {"":<44} busy cores {cpu / stats.seconds:.2f} ({1e6 * cpu / stats.steps:.0f} µs CPU/step)'
+    )
+    return stats.steps_per_second, cpu / stats.steps
 
 
 def _beam(path: str, workers: int, num_servers: int) -> float:
@@ -139,10 +145,16 @@ def main() -> None:
         path = _write_data(directory, args.episodes)
         steps = args.episodes * _LENGTH
         print(f'{args.episodes} episodes, {steps:,} steps, {cores} cores')
-        anchor = _anchor(path)
+        anchor, cpu_per_step = _anchor(path)
         count_rate, write_rate = _count_rate(path), anchor
         rates = {(w, s): _beam(path, w, s) for w in (1, 2) for s in (1, 2)}
     one = rates[1, 1]
+    ceiling = cores / cpu_per_step
+    print(
+        f'CPU ceiling on {cores} cores: {ceiling:,.0f} steps/s (push uses '
+        f'{1e6 * cpu_per_step:.0f} µs CPU per step, server included); best Beam run '
+        f'{max(rates.values()) / ceiling:.0%} of it'
+    )
     print(f'Beam 1 worker vs push: {anchor / one:.2f}x slower (target <= 1.5x)')
     for (w, s), rate in rates.items():
         print(

@@ -295,7 +295,8 @@ def _plan_episodes(job: _Job, indices: Sequence[int]) -> tf.data.Dataset:
 def _read_plans(job: _Job, episodes: list[_Episode]):
     """Yields the plans of `episodes`; fails if one no longer reads as it was counted."""
     plans = validation.read_episodes(_plan_episodes(job, [e.index for e in episodes]))
-    for episode, (_, plan) in zip(episodes, plans, strict=False):
+    for episode in episodes:
+        _, plan = next(plans, (None, RuntimeError('the dataset has fewer episodes')))
         if isinstance(plan, Exception) or plan.num_items != episode.num_items:
             found = _one_line(plan) if isinstance(plan, Exception) else f'{plan.num_items} items'
             raise errors.PushError(
