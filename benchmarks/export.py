@@ -209,6 +209,9 @@ def main(argv: list[str] | None = None) -> int:
     rate, server, _ = _time_export(data, items.Episode(_LENGTH), add_ids=False, steps=steps)
     server.stop()
     print_row('export Episode(1000) items (ours)', rate, steps, steps / rate)
+    rate, server, _ = _time_export(data, items.TwoStep(), add_ids=False, steps=steps)
+    server.stop()
+    print_row('export two-step items in insertion order (ours)', rate, steps, steps / rate)
     rate, server, address = _time_export(data, items.TwoStep(), add_ids=True, steps=steps)
     print_row('export two-step items with ids (ours)', rate, steps, steps / rate)
     items_rate = rate * (_LENGTH - 1) / _LENGTH

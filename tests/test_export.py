@@ -92,14 +92,22 @@ def test_episode_items_round_trip_with_metadata(cartpole_dir, tmp_path, server_f
 
 
 @pytest.mark.slow  # A CartPole push and export: 12-30 s here.
-def test_two_step_items_with_ids_round_trip(cartpole_dir, tmp_path, server_for):
+@pytest.mark.parametrize(
+    ('add_ids', 'kind'),
+    [
+        (True, reverb_export.ExportKind.TWO_STEP_WITH_IDS),
+        (False, reverb_export.ExportKind.TWO_STEP_IN_ORDER),
+    ],
+    ids=['with-ids', 'in-order'],
+)
+def test_two_step_items_round_trip(add_ids, kind, cartpole_dir, tmp_path, server_for):
     episodes = load(cartpole_dir)
-    address = server_for(items.TwoStep(), episodes, episode_fields=METADATA, add_ids=True)
-    push_lib.push(episodes, address, 'replay', episode_fields=METADATA, add_ids=True)
+    address = server_for(items.TwoStep(), episodes, episode_fields=METADATA, add_ids=add_ids)
+    push_lib.push(episodes, address, 'replay', episode_fields=METADATA, add_ids=add_ids)
     stats = reverb_export.export_table(
         tmp_path / 'out', 'replay', server=address, episode_fields=METADATA
     )
-    assert stats.kind is reverb_export.ExportKind.TWO_STEP_WITH_IDS
+    assert stats.kind is kind
     assert_same_dataset(cartpole_dir, tmp_path / 'out')
 
 
@@ -157,11 +165,10 @@ def test_items_are_read_once_in_insertion_order(tmp_path, server_for):
     [
         (items.NStep(3, 0.9), {}, 'n-step transitions'),
         (items.NStep(1, 0.9), {'add_ids': True}, 'n-step transitions'),
-        (items.TwoStep(), {}, 'without episode ids'),
         (items.Sequence(2), {}, 'holds a part of an episode'),
         (items.Episode(2, 'split'), {}, 'holds a part of an episode'),
     ],
-    ids=['n-step', 'n-step-ids', 'two-step', 'sequence', 'episode-chunks'],
+    ids=['n-step', 'n-step-ids', 'sequence', 'episode-chunks'],
 )
 def test_tables_that_cannot_be_exported_are_refused(item, carry, message, tmp_path, server_for):
     episodes = builders.rlds([builders.episode(4), builders.episode(3)])
@@ -170,6 +177,87 @@ def test_tables_that_cannot_be_exported_are_refused(item, carry, message, tmp_pa
     with pytest.raises(ExportError, match=message):
         reverb_export.export_table(tmp_path / 'out', 'replay', server=address)
     assert not (tmp_path / 'out').exists()
+
+
+def _two_step_data(tmp_path):
+    """Three episodes whose discounts agree with their flags, written to TFDS and loaded.
+
+    Items carry the terminal rule's discounts (0 into and at a terminal step,
+    docs/semantics.md §3), so only such data round-trips exactly.
+    """
+    data = [
+        builders.episode(6, discount=[1.0] * 4 + [0.0, 0.0], extras={'tag': np.arange(6)}),
+        builders.episode(2, ending=builders.TRUNCATED, start=50.0, extras={'tag': [7, 8]}),
+        builders.episode(
+            9, discount=[1.0] * 7 + [0.0, 0.0], start=90.0, extras={'tag': np.arange(9)}
+        ),
+    ]
+    original = builders.write_tfds(
+        tmp_path / 'in',
+        data,
+        name='toy',
+        features=builders.step_features(tag=tfds.features.Scalar(np.int32)),
+    )
+    return original, load(original)
+
+
+def test_two_step_items_without_ids_round_trip_in_insertion_order(tmp_path, server_for):
+    original, episodes = _two_step_data(tmp_path)
+    address = server_for(items.TwoStep(), episodes)
+    push_lib.push(episodes, address, 'replay')
+    # Batches of 3 items and parts of about 7 rows: episodes span batches and parts.
+    stats = reverb_export.export_table(
+        tmp_path / 'out', 'replay', server=address, batch_items=3, part_rows=7, max_copy_bytes=0
+    )
+    assert stats.kind is reverb_export.ExportKind.TWO_STEP_IN_ORDER
+    assert (stats.episodes, stats.steps, stats.items) == (3, 17, 14)
+    assert_same_dataset(original, tmp_path / 'out')
+
+
+def test_two_step_items_cut_by_a_queue_are_partial(tmp_path):
+    original, episodes = _two_step_data(tmp_path)
+    signature = tables.signature_for(items.TwoStep(), episodes)
+    server = reverb.Server(
+        [tables.fifo_queue('replay', max_size=100, signature=signature)],
+        checkpointer=checkpointers_lib.DefaultCheckpointer(str(tmp_path / 'ckpt')),
+    )
+    try:
+        address = f'localhost:{server.port}'
+        push_lib.push(episodes, address, 'replay')
+        # A queue hands out (and removes) its oldest item: episode 0 loses its first step.
+        next(iter(reverb.Client(address).sample('replay', num_samples=1)))
+        with pytest.raises(ExportError, match=r'part of 1 episode\(s\) \(episode 0: 5 step'):
+            reverb_export.export_table(tmp_path / 'out', 'replay', server=address)
+        stats = reverb_export.export_table(
+            tmp_path / 'out', 'replay', server=address, on_invalid='skip'
+        )
+    finally:
+        server.stop()
+    assert (stats.episodes, stats.skipped_episodes) == (2, 1)
+    _, exported = read_tfds(tmp_path / 'out')
+    assert [e[types.STEPS][types.REWARD][0] for e in exported] == [50.0, 90.0]
+
+
+def _step_pairs(*pairs) -> dict:
+    """Rows of two-step items as export reads them: each pair (episode, t) gives t, t + 1."""
+    rows = []
+    for episode, t, length in pairs:
+        for step in (t, t + 1):
+            rows.append(
+                {
+                    types.OBSERVATION: np.float32(100 * episode + step),
+                    types.IS_FIRST: step == 0,
+                    types.IS_LAST: step == length - 1,
+                }
+            )
+    return {k: np.array([r[k] for r in rows]) for k in rows[0]}
+
+
+def test_interleaved_two_step_items_are_refused():
+    chain = reverb_export._ChainIds('replay')
+    # Episode 0 (3 steps), then episode 1 starts before episode 0's last pair.
+    with pytest.raises(ExportError, match='item 2 does not continue the episode of item 1'):
+        chain.add_ids(_step_pairs((0, 0, 3), (1, 0, 3), (0, 1, 3)))
 
 
 def test_partial_episodes_raise_or_are_skipped(tmp_path, server_for):

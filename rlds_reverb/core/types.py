@@ -45,6 +45,8 @@ EPISODE_INDEX = 'episode_index'
 # Added to every step by `push(..., add_ids=True)` (rlds_reverb.transform.carry).
 EPISODE_ID = 'episode_id'
 STEP_INDEX = 'step_index'
+# The step field of a TF-Agents policy info that is not a dict (recorder, export).
+POLICY_INFO = 'policy_info'
 
 # The step fields every RLDS step must hold, in TF-Agents' order.
 REQUIRED_STEP_FIELDS: tuple[str, ...] = (

@@ -40,7 +40,7 @@ from rlds_reverb.data import tfds_writer
 
 # TF-Agents' StepType values.
 _FIRST, _LAST = 0, 2
-_POLICY_INFO = 'policy_info'
+_POLICY_INFO = types.POLICY_INFO
 
 
 @dataclasses.dataclass

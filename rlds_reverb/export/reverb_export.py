@@ -12,7 +12,16 @@ Which tables can be exported, and why:
 | `Episode(max_length)` | yes | each item is a whole episode: its steps where `mask` is true |
 | `Sequence`, `Episode(overflow='split')`, pushed with `add_ids=True` | yes | every step row says its episode and step; overlapping windows give the same row |
 | `TwoStep()`, pushed with `add_ids=True` | yes | the pairs (t, t + 1) cover steps 0..L; flags come from the step types |
-| `TwoStep`, `Sequence` without ids | no | a window does not say which episode it belongs to |
+| `TwoStep()` without ids, written by one writer in order | yes | read in insertion order, an episode's pairs follow each other: each pair starts where the previous one ended (checked field by field), a FIRST step starts an episode, a LAST one ends it |
+| `Sequence` without ids | no | a window does not say which episode it belongs to |
+
+Two-step items without ids rely on the table's insertion order: one writer, one episode
+after the other (`push`, the Beam pipeline's writer per server, a TF-Agents observer). Items
+of several writers interleaved (`push --workers N` into one table) or removed from the
+middle of an episode (sampling with `max_times_sampled`, a prioritized remover) break the
+chain, and the export says so (push with `add_ids=True` for such tables). FIFO eviction
+(`max_size`) only removes the oldest items: the episode it cut is partial (raise, or
+skipped with `on_invalid='skip'`).
 | `NStep` | no | an item holds a sum of rewards, not the steps |
 
 Two-step items hold TF-Agents trajectories, which keep everything of a step except the
@@ -58,11 +67,16 @@ class ExportKind(enum.Enum):
     WHOLE_EPISODES: each item is one whole episode (`items.Episode`).
     STEPS_WITH_IDS: items of RLDS steps with `mask`, each step carrying its ids.
     TWO_STEP_WITH_IDS: TF-Agents two-step trajectories with the ids in `policy_info`.
+    TWO_STEP_IN_ORDER: TF-Agents two-step trajectories without ids, in one writer's order.
     """
 
     WHOLE_EPISODES = 'whole-episodes'
     STEPS_WITH_IDS = 'steps-with-ids'
     TWO_STEP_WITH_IDS = 'two-step-with-ids'
+    TWO_STEP_IN_ORDER = 'two-step-in-order'
+
+
+_TWO_STEP_KINDS = (ExportKind.TWO_STEP_WITH_IDS, ExportKind.TWO_STEP_IN_ORDER)
 
 
 @dataclasses.dataclass
@@ -93,15 +107,11 @@ def detect_export_kind(signature) -> ExportKind:
     Raises:
       ExportError: For item kinds that cannot be exported; says why and what to push instead.
     """
-    add_ids = 'push them again with rlds_reverb.push(..., add_ids=True)'
     if _is_trajectory(signature):
         info = signature.policy_info
         if isinstance(info, dict) and all(f in info for f in _ID_FIELDS):
             return ExportKind.TWO_STEP_WITH_IDS
-        raise ExportError(
-            'The table holds two-step trajectories without episode ids: a pair of steps does '
-            f'not say which episode it belongs to, so episodes cannot be rebuilt; {add_ids}.'
-        )
+        return ExportKind.TWO_STEP_IN_ORDER
     if not isinstance(signature, dict):
         raise ExportError(
             f'Cannot export items of signature {signature}: not an item kind of rlds_reverb.'
@@ -126,18 +136,29 @@ def detect_export_kind(signature) -> ExportKind:
 def _row_spec(signature, kind: ExportKind) -> dict:
     """Returns the spec of one rebuilt step row (ids included), without the time axis."""
     drop_time = lambda s: tf.TensorSpec(s.shape[1:], s.dtype)  # noqa: E731
-    if kind is ExportKind.TWO_STEP_WITH_IDS:
+    if kind in _TWO_STEP_KINDS:
         spec = {
             types.OBSERVATION: signature.observation,
             types.ACTION: signature.action,
             types.REWARD: signature.reward,
             types.DISCOUNT: signature.discount,
-            **signature.policy_info,
+            **_policy_info_fields(signature.policy_info),
         }
         spec.update({f: tf.TensorSpec([2], tf.bool) for f in types.FLAG_FIELDS})
+        if kind is ExportKind.TWO_STEP_IN_ORDER:
+            spec.update({f: tf.TensorSpec([2], tf.int64) for f in _ID_FIELDS})
     else:
         spec = {k: v for k, v in signature.items() if k != types.MASK}
     return tf.nest.map_structure(drop_time, spec)
+
+
+def _policy_info_fields(policy_info) -> dict:
+    """Returns a trajectory's policy info as step fields: a dict's own, else one field."""
+    if isinstance(policy_info, dict):
+        return dict(policy_info)
+    if not tree.flatten(policy_info):  # TF-Agents' empty policy info, ().
+        return {}
+    return {types.POLICY_INFO: policy_info}
 
 
 def _make_feature(spec):
@@ -164,7 +185,7 @@ def _make_features(row_spec: dict, episode_fields: Sequence[str]) -> tfds.featur
 def _to_rows(batch, kind: ExportKind) -> tuple[dict, np.ndarray]:
     """Returns a batch of items as step rows `[N * L, ...]`, and which rows are real steps."""
     flat = lambda x: x.reshape((-1, *x.shape[2:]))  # noqa: E731
-    if kind is ExportKind.TWO_STEP_WITH_IDS:
+    if kind in _TWO_STEP_KINDS:
         step_type = batch.step_type
         discount = flat(tree.flatten(batch.discount)[0])
         is_last = flat(step_type) == _LAST
@@ -174,7 +195,7 @@ def _to_rows(batch, kind: ExportKind) -> tuple[dict, np.ndarray]:
             types.ACTION: tree.map_structure(flat, batch.action),
             types.REWARD: tree.map_structure(flat, batch.reward),
             types.DISCOUNT: tree.map_structure(flat, batch.discount),
-            **tree.map_structure(flat, dict(batch.policy_info)),
+            **tree.map_structure(flat, _policy_info_fields(batch.policy_info)),
             types.IS_FIRST: flat(step_type) == _FIRST,
             types.IS_LAST: is_last,
             types.IS_TERMINAL: terminal,
@@ -182,6 +203,87 @@ def _to_rows(batch, kind: ExportKind) -> tuple[dict, np.ndarray]:
         return rows, np.ones(len(is_last), bool)
     rows = {k: tree.map_structure(flat, v) for k, v in batch.items() if k != types.MASK}
     return rows, flat(batch[types.MASK])
+
+
+def _equal_rows(a: dict, b: dict) -> np.ndarray:
+    """Returns, per row, whether every field of `a` equals `b`'s (NaN equal to NaN)."""
+    equal = None
+    for x, y in zip(tree.flatten(a), tree.flatten(b), strict=True):
+        same = x == y
+        if x.dtype.kind in 'fc':
+            same |= np.isnan(x) & np.isnan(y)
+        same = same.reshape(len(same), int(np.prod(same.shape[1:]))).all(axis=1)
+        equal = same if equal is None else equal & same
+    return equal
+
+
+class _ChainIds:
+    """Numbers the episodes and steps of two-step items read in one writer's order.
+
+    Item k holds steps (t, t + 1) of an episode. It continues the previous item when its
+    first step is not FIRST, equals the previous item's second step field by field, and the
+    previous item did not end its episode (second step LAST); it starts an episode when its
+    first step is FIRST. An item that starts mid-episode after an ended one (FIFO eviction
+    cut the episode's beginning) opens a partial episode, numbered from step 1 so that the
+    assembler reports it incomplete. Anything else means the items are not in one writer's
+    order, and rebuilding episodes from them would mix episodes: an `ExportError`.
+    """
+
+    def __init__(self, table: str):
+        self._table = table
+        self._items = 0
+        self._last_row: dict | None = None  # The previous item's second step.
+        self._open = False  # Whether the previous item's episode goes on.
+        self._episode = -1
+        self._step = -1  # The previous item's first step index.
+
+    def add_ids(self, rows: dict) -> dict:
+        """Returns `rows` (`[2N, ...]`, items' step pairs) with `episode_id`/`step_index`."""
+        first = _take(rows, slice(0, None, 2))
+        second = _take(rows, slice(1, None, 2))
+        count = len(first[types.IS_FIRST])
+        fresh = first[types.IS_FIRST]
+        # Whether item k's first step is item k - 1's second step (the previous batch's
+        # last item for k = 0), and whether that item left its episode open.
+        chained = np.concatenate(
+            [
+                np.zeros(1, bool)
+                if self._last_row is None
+                else _equal_rows(_take(first, slice(0, 1)), self._last_row),
+                _equal_rows(_take(first, slice(1, None)), _take(second, slice(0, -1))),
+            ]
+        )[:count]
+        was_open = np.concatenate([[self._open], ~second[types.IS_LAST][:-1]])[:count]
+        continues = ~fresh & chained & was_open
+        # An open episode followed by a FIRST step was cut (the assembler reports it); one
+        # followed by another episode's middle means interleaved or removed items.
+        broken = ~fresh & ~chained & was_open
+        if broken.any():
+            k = int(np.flatnonzero(broken)[0])
+            raise ExportError(
+                f'Cannot export table {self._table!r} as two-step items in insertion order: '
+                f'item {self._items + k} does not continue the episode of item '
+                f'{self._items + k - 1}, which had not ended. The items are not one episode '
+                'after the other (several writers, such as push --workers N, or items removed '
+                'by sampling); push with add_ids=True to export such a table. Nothing was '
+                'written.'
+            )
+        starts = ~continues
+        positions = np.arange(count)
+        last_start = np.maximum.accumulate(np.where(starts, positions, -1))
+        episode = self._episode + np.cumsum(starts)
+        offset = np.where(fresh, 0, 1)[np.maximum(last_start, 0)]
+        step = np.where(last_start < 0, self._step + 1 + positions, positions - last_start + offset)
+        if count:
+            self._items += count
+            self._last_row = _take(second, slice(count - 1, count))
+            self._open = not bool(second[types.IS_LAST][-1])
+            self._episode, self._step = int(episode[-1]), int(step[-1])
+        ids = {
+            types.EPISODE_ID: np.stack([episode, episode], axis=1).reshape(-1),
+            types.STEP_INDEX: np.stack([step, step + 1], axis=1).reshape(-1),
+        }
+        return {**rows, **ids}
 
 
 def _take(rows, index):
@@ -377,6 +479,7 @@ def export_table(
             }
         }
         assembler = _Assembler()
+        chain = _ChainIds(table)
         with tfds_writer.RldsDatasetWriter(
             directory,
             features=features,
@@ -413,6 +516,8 @@ def export_table(
                                     'Nothing was written.'
                                 )
                     else:
+                        if kind is ExportKind.TWO_STEP_IN_ORDER:
+                            rows = chain.add_ids(rows)
                         for _, episode_rows in assembler.add(_take(rows, valid)):
                             _write(episode_rows)
                     stats.items += count

@@ -232,7 +232,9 @@ def push(
         every item of their episode. By default none is: items hold step fields only.
       add_ids: Also give every item the `episode_id` (int64, the episode's position in
         `episodes`) and `step_index` (int64) of its steps, which `rlds_reverb.export`
-        needs to rebuild episodes from two-step and sequence tables. Like other extra
+        needs to rebuild episodes from sequence tables, and from two-step tables that
+        several writers filled at once (one writer's two-step items export without
+        ids, from their insertion order). Like other extra
         step fields, carried fields go into `policy_info` of two-step items.
 
     Returns:
