@@ -18,7 +18,7 @@ from reverb.platform import checkpointers_lib
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import types
 from rlds_reverb.core.errors import ExportError
-from rlds_reverb.data import cartpole
+from rlds_reverb.data import cartpole, tfds_writer
 from rlds_reverb.data.loading import load
 from rlds_reverb.export import reverb_export
 from rlds_reverb.serve import tables
@@ -36,7 +36,10 @@ def read_tfds(directory) -> tuple[dict, list[dict]]:
     def _whole(episode):
         return {**episode, types.STEPS: episodes_lib.batch_steps(episode[types.STEPS])}
 
-    episodes = [tf.nest.map_structure(lambda x: x.numpy(), e) for e in dataset.map(_whole)]
+    # np.asarray: a scalar string's .numpy() is `bytes`, without a dtype to compare.
+    episodes = [
+        tf.nest.map_structure(lambda x: np.asarray(x.numpy()), e) for e in dataset.map(_whole)
+    ]
     return dataset.element_spec, episodes
 
 
@@ -236,6 +239,46 @@ def test_two_step_items_cut_by_a_queue_are_partial(tmp_path):
     assert (stats.episodes, stats.skipped_episodes) == (2, 1)
     _, exported = read_tfds(tmp_path / 'out')
     assert [e[types.STEPS][types.REWARD][0] for e in exported] == [50.0, 90.0]
+
+
+@pytest.mark.parametrize(
+    'item', [items.Episode(10), items.TwoStep()], ids=['episodes', 'two-step-in-order']
+)
+def test_strings_round_trip_per_step_and_as_episode_metadata(item, tmp_path, server_for):
+    # As Open X-Embodiment holds them: a per-step instruction, a string episode field.
+    steps = [
+        builders.episode(
+            length,
+            discount=[1.0] * (length - 2) + [0.0, 0.0],
+            extras={'instruction': np.array([f'pick {i} up'] * length, dtype=object)},
+        )
+        for i, length in enumerate((4, 7))
+    ]
+    features = tfds_writer.make_rlds_features(
+        {
+            types.OBSERVATION: tfds.features.Tensor(shape=(2,), dtype=np.float32),
+            types.ACTION: tfds.features.Scalar(dtype=np.int64),
+            types.REWARD: tfds.features.Scalar(dtype=np.float32),
+            types.DISCOUNT: tfds.features.Scalar(dtype=np.float32),
+            'instruction': tfds.features.Text(),
+        },
+        {'file_path': tfds.features.Text()},
+    )
+    original = tfds_writer.write_rlds_dataset(
+        tmp_path / 'in' / 'oxe' / '1.0.0',
+        ({types.STEPS: s, 'file_path': f'/data/{i}.npz'} for i, s in enumerate(steps)),
+        features=features,
+        name='oxe',
+    )
+    episodes = load(original)
+    carry = {'episode_fields': ('file_path',)}
+    address = server_for(item, episodes, **carry)
+    push_lib.push(episodes, address, 'replay', item=item, **carry)
+    reverb_export.export_table(tmp_path / 'out', 'replay', server=address, **carry)
+    assert_same_dataset(original, tmp_path / 'out')
+    _, exported = read_tfds(tmp_path / 'out')
+    assert exported[1]['file_path'] == b'/data/1.npz'
+    assert exported[1][types.STEPS]['instruction'][0] == b'pick 1 up'
 
 
 def _step_pairs(*pairs) -> dict:

@@ -42,6 +42,8 @@ _TAG_MAP_VALUE = b'\x12'  # MapEntry.value.
 _TAG_FLOAT_LIST = b'\x12'  # Feature.float_list.
 _TAG_INT64_LIST = b'\x1a'  # Feature.int64_list.
 _TAG_PACKED_VALUES = b'\x0a'  # FloatList.value / Int64List.value (packed).
+_TAG_BYTES_LIST = b'\x0a'  # Feature.bytes_list.
+_TAG_BYTES_VALUE = b'\x0a'  # BytesList.value (one entry per string, not packed).
 
 
 def make_rlds_features(
@@ -88,12 +90,19 @@ def _length_delimited(tag: bytes, payload: bytes) -> bytes:
 def _encode_feature(value: np.ndarray) -> bytes:
     """Returns the wire bytes of a `tf.train.Feature` holding `value` flattened.
 
-    Floating values become a FloatList (float32), booleans and integers an Int64List, as
-    TFDS' `ExampleSerializer` does.
+    Floating values become a FloatList (float32), booleans and integers an Int64List, and
+    strings (bytes, or `str` written as UTF-8) a BytesList, as TFDS' `ExampleSerializer`
+    does.
 
     Raises:
-      TypeError: For other dtypes (strings are not needed here).
+      TypeError: For other dtypes.
     """
+    if value.dtype.kind in 'OSU':
+        # Each string is its own length-delimited entry, so this loops over the strings
+        # (a step's instruction, an episode's id: few and short next to numeric fields).
+        strings = (v.encode() if isinstance(v, str) else bytes(v) for v in value.ravel())
+        entries = b''.join(_length_delimited(_TAG_BYTES_VALUE, v) for v in strings)
+        return _length_delimited(_TAG_BYTES_LIST, entries)
     if value.dtype.kind == 'f':
         payload = value.astype('<f4', copy=False).tobytes()
         tag = _TAG_FLOAT_LIST
@@ -101,7 +110,9 @@ def _encode_feature(value: np.ndarray) -> bytes:
         payload = _encode_varints(value.astype(np.int64, copy=False))
         tag = _TAG_INT64_LIST
     else:
-        raise TypeError(f'Cannot write a {value.dtype} field; expected a number or bool array.')
+        raise TypeError(
+            f'Cannot write a {value.dtype} field; expected a number, bool or string array.'
+        )
     inner = _length_delimited(_TAG_PACKED_VALUES, payload) if payload else b''
     return _length_delimited(tag, inner)
 

@@ -164,18 +164,13 @@ def _policy_info_fields(policy_info) -> dict:
 def _make_feature(spec):
     if isinstance(spec, dict):
         return tfds.features.FeaturesDict({k: _make_feature(v) for k, v in spec.items()})
-    return tfds.features.Tensor(shape=tuple(spec.shape), dtype=spec.dtype.as_numpy_dtype)
+    # TFDS names strings np.object_ (tf.string's NumPy dtype is `object`, which it refuses).
+    dtype = np.object_ if spec.dtype == tf.string else spec.dtype.as_numpy_dtype
+    return tfds.features.Tensor(shape=tuple(spec.shape), dtype=dtype)
 
 
 def _make_features(row_spec: dict, episode_fields: Sequence[str]) -> tfds.features.FeaturesDict:
     """Returns the dataset's TFDS features: steps without ids, the lifted episode fields."""
-    for path, spec in tree.flatten_with_path(row_spec):
-        if spec.dtype == tf.string:
-            name = '/'.join(map(str, path))
-            raise ExportError(
-                f'Field {name!r} holds strings, which the exporter cannot write yet; '
-                'push without it (or export it another way).'
-            )
     skip = {*_ID_FIELDS, *types.FLAG_FIELDS, *episode_fields}
     steps = {k: _make_feature(v) for k, v in row_spec.items() if k not in skip}
     episode = {k: _make_feature(row_spec[k]) for k in episode_fields}
