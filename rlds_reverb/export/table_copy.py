@@ -41,6 +41,7 @@ _COMPRESSION = 'ZLIB'
 _TABLES_FILE = 'tables.tfrecord'
 _ITEMS_FILE = 'items.tfrecord'
 _CHUNKS_FILE = 'chunks.tfrecord'
+_ITEMS_PER_READ = 1024  # Item records are about 100 bytes.
 _NEVER_BLOCKS = 1.7e308  # A rate limiter diff no count reaches.
 # Checkpoints with a chunks file up to this size are restored whole (one pass, no parsing
 # of chunks); larger ones in parts.
@@ -84,10 +85,12 @@ def resolve_checkpoint(path: os.PathLike | str) -> pathlib.Path:
     return latest
 
 
-def _read_records(path: pathlib.Path) -> Iterator[bytes]:
-    yield from tf.data.TFRecordDataset(
-        os.fspath(path), compression_type=_COMPRESSION
-    ).as_numpy_iterator()
+def _read_records(path: pathlib.Path, *, batch: int = 1) -> Iterator[bytes]:
+    """Yields the file's records, read `batch` at a time (item records are small; chunks not)."""
+    # One iterator step per record cost about 0.5 ms: most of a two-step export's time.
+    batches = tf.data.TFRecordDataset(os.fspath(path), compression_type=_COMPRESSION).batch(batch)
+    for batch in batches.as_numpy_iterator():
+        yield from batch
 
 
 def _as_queue(
@@ -148,7 +151,7 @@ def _write_single_part(source: pathlib.Path, table_name: str, directory: pathlib
     count = 0
     path = os.fspath(directory / _ITEMS_FILE)
     with tf.io.TFRecordWriter(path, _COMPRESSION) as writer:
-        for record in _read_records(source / _ITEMS_FILE):
+        for record in _read_records(source / _ITEMS_FILE, batch=_ITEMS_PER_READ):
             item = _LightItem.FromString(record)
             if item.table != table_name:
                 continue
@@ -195,7 +198,7 @@ def _write_parts(
     chunk_parts: dict[int, list[int]] = {}
     rows, writer = part_rows, None
     try:
-        for raw in _read_records(source / _ITEMS_FILE):
+        for raw in _read_records(source / _ITEMS_FILE, batch=_ITEMS_PER_READ):
             item = schema_pb2.PrioritizedItem.FromString(raw)
             if item.table != table_name:
                 continue
