@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 
 # Exit codes.
 EXIT_OK = 0
@@ -11,6 +12,26 @@ EXIT_ERROR = 2
 EXIT_INTERRUPTED = 130
 
 VERBOSE_FLAG = '--verbose'
+
+
+class ProgressBar:
+    """A tqdm bar on stderr counting steps (or `unit`), with the episode count as postfix."""
+
+    def __init__(self, *, disable: bool, total: int | None = None, unit: str = ' steps'):
+        import tqdm
+
+        self._bar = tqdm.tqdm(unit=unit, total=total, disable=disable, file=sys.stderr)
+        self._episodes = 0
+
+    def update(self, episodes: int, steps: int) -> None:
+        """Adds `episodes` to the postfix and `steps` to the bar."""
+        self._episodes += episodes
+        self._bar.update(steps)
+        self._bar.set_postfix(episodes=self._episodes, refresh=False)
+
+    def close(self) -> None:
+        """Closes the bar."""
+        self._bar.close()
 
 
 def add_common_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:

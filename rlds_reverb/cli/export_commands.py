@@ -13,33 +13,14 @@ progress bar of steps and episodes on stderr and print a summary line.
 from __future__ import annotations
 
 import argparse
-import sys
 
 from rlds_reverb.cli import common
-
-
-class _Progress:
-    """A tqdm bar of steps with the episode count as its postfix."""
-
-    def __init__(self, *, disable: bool, total: int | None = None, unit: str = ' steps'):
-        import tqdm
-
-        self._bar = tqdm.tqdm(unit=unit, total=total, disable=disable, file=sys.stderr)
-        self._episodes = 0
-
-    def update(self, episodes: int, steps: int) -> None:
-        self._episodes += episodes
-        self._bar.update(steps)
-        self._bar.set_postfix(episodes=self._episodes, refresh=False)
-
-    def close(self) -> None:
-        self._bar.close()
 
 
 def _export(args: argparse.Namespace) -> int:
     from rlds_reverb.export import reverb_export
 
-    bar = _Progress(disable=args.no_progress)
+    bar = common.ProgressBar(disable=args.no_progress)
     try:
         stats = reverb_export.export_table(
             args.out_dir,
@@ -67,7 +48,7 @@ def _record(args: argparse.Namespace) -> int:
     from rlds_reverb.export import collect
 
     checks.check_int_at_least(args.episodes, 1, argument='--episodes')
-    bar = _Progress(disable=args.no_progress, total=args.episodes, unit=' episodes')
+    bar = common.ProgressBar(disable=args.no_progress, total=args.episodes, unit=' episodes')
     seen = [0]
 
     def _progress(stats) -> None:

@@ -189,25 +189,7 @@ def _push_worker(options: dict, index: int, count: int, queue) -> None:
         queue.put(('failed', None, f'{type(error).__name__}: {error}'))
 
 
-class _ProgressBar:
-    """A tqdm bar of steps, with the episode count as its postfix."""
-
-    def __init__(self, *, disable: bool):
-        import tqdm
-
-        self._bar = tqdm.tqdm(unit=' steps', disable=disable, file=sys.stderr)
-        self._episodes = 0
-
-    def update(self, episodes: int, steps: int) -> None:
-        self._episodes += episodes
-        self._bar.update(steps)
-        self._bar.set_postfix(episodes=self._episodes, refresh=False)
-
-    def close(self) -> None:
-        self._bar.close()
-
-
-def _run_workers(args: argparse.Namespace, bar: _ProgressBar) -> tuple[list, list[str]]:
+def _run_workers(args: argparse.Namespace, bar: common.ProgressBar) -> tuple[list, list[str]]:
     """Runs `--workers` processes, one shard each; returns their stats and failures."""
     context = multiprocessing.get_context('spawn')
     queue = context.Queue()
@@ -355,7 +337,7 @@ def _push(args: argparse.Namespace) -> int:
     if not args.server:
         raise ValueError('push needs --server HOST:PORT (or --servers for the Beam pipeline).')
     _check_push_options(args, _make_item(args))
-    bar = _ProgressBar(disable=args.no_progress)
+    bar = common.ProgressBar(disable=args.no_progress)
     try:
         if args.resume or args.checkpoint_every is not None:
             results, failures = [_push_resumable(args, bar.update)], []

@@ -228,7 +228,6 @@ class _ChainIds:
         self._table = table
         self._items = 0
         self._last_row: dict | None = None  # The previous item's second step.
-        self._open = False  # Whether the previous item's episode goes on.
         self._episode = -1
         self._step = -1  # The previous item's first step index.
 
@@ -248,7 +247,8 @@ class _ChainIds:
                 _equal_rows(_take(first, slice(1, None)), _take(second, slice(0, -1))),
             ]
         )[:count]
-        was_open = np.concatenate([[self._open], ~second[types.IS_LAST][:-1]])[:count]
+        open_before = self._last_row is not None and not self._last_row[types.IS_LAST][0]
+        was_open = np.concatenate([[open_before], ~second[types.IS_LAST][:-1]])[:count]
         continues = ~fresh & chained & was_open
         # An open episode followed by a FIRST step was cut (the assembler reports it); one
         # followed by another episode's middle means interleaved or removed items.
@@ -272,7 +272,6 @@ class _ChainIds:
         if count:
             self._items += count
             self._last_row = _take(second, slice(count - 1, count))
-            self._open = not bool(second[types.IS_LAST][-1])
             self._episode, self._step = int(episode[-1]), int(step[-1])
         ids = {
             types.EPISODE_ID: np.stack([episode, episode], axis=1).reshape(-1),
