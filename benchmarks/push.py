@@ -24,6 +24,7 @@ import sys
 import tempfile
 import time
 
+import numpy as np
 import reverb
 import tensorflow as tf
 import tree
@@ -116,6 +117,53 @@ def _time_ids_cost(data, steps: int, repeats: int) -> None:
     )
 
 
+def _time_extra_columns(data, client, extra: int) -> float:
+    """The raw loop's rows plus `extra` int64 scalar columns (what `add_ids` adds per step)."""
+    episodes = list(convert.convert_episodes_to_trajectories(data).as_numpy_iterator())
+    started = time.perf_counter()
+    writer = None
+    for trajectory in episodes:
+        columns = tree.flatten(trajectory)
+        columns += [np.arange(len(columns[0]), dtype=np.int64) for _ in range(extra)]
+        if writer is None:
+            pattern = sw.pattern_from_transform(
+                [None] * len(columns), lambda ref: [x[-2:] for x in ref]
+            )
+            config = sw.create_config(pattern, 'replay', [sw.Condition.step_index() >= 1])
+            writer = client.structured_writer([config])
+        for t, row in enumerate([list(r) for r in zip(*columns, strict=True)], start=1):
+            writer.append(row)
+            if t % _EVERY == 0:
+                writer.flush(block_until_num_items=_BOUND)
+        writer.end_episode()
+    return time.perf_counter() - started
+
+
+def _time_column_cost(data, steps: int, repeats: int) -> None:
+    """Prints what one and two extra scalar columns cost a raw StructuredWriter loop."""
+    best = [0.0, 0.0, 0.0]
+    for _ in range(repeats):
+        for extra in range(3):
+            table = reverb.Table(
+                'replay',
+                sampler=reverb.selectors.Uniform(),
+                remover=reverb.selectors.Fifo(),
+                max_size=10**7,
+                rate_limiter=reverb.rate_limiters.MinSize(1),
+            )
+            srv = reverb.Server([table])
+            try:
+                client = reverb.Client(f'localhost:{srv.port}')
+                best[extra] = max(best[extra], steps / _time_extra_columns(data, client, extra))
+            finally:
+                srv.stop()
+    print(
+        f'raw StructuredWriter loop, 7 columns: {best[0]:,.0f} steps/s; one more int64 column '
+        f'{best[1]:,.0f} (costs {1 - best[1] / best[0]:.1%}); two more {best[2]:,.0f} '
+        f'(costs {1 - best[2] / best[0]:.1%})'
+    )
+
+
 def _run_best(name, timer, data, steps, *, repeats: int) -> float:
     """Runs `timer` `repeats` times on fresh servers; prints and returns the best steps/s."""
     best = 0.0
@@ -186,6 +234,7 @@ def main(argv: list[str] | None = None) -> int:
         warm = _fill_cache(_make_data(1))
         _time_ids_cost(warm, _LENGTH, 1)  # Warm up tracing.
         _time_ids_cost(data, args.episodes * _LENGTH, args.repeats)
+        _time_column_cost(data, args.episodes * _LENGTH, args.repeats)
         return 0
 
     print('push RLDS -> Reverb, two-step items, HalfCheetah-like float32[17], 1,000-step episodes')
@@ -230,6 +279,7 @@ def main(argv: list[str] | None = None) -> int:
         f'{restore_s:.2f} s: restore takes {restore_s / push_s:.1%} of a push (target <= 10%)'
     )
     _time_ids_cost(data, steps, args.repeats)
+    _time_column_cost(data, steps, args.repeats)
     return 0
 
 

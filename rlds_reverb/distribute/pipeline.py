@@ -344,22 +344,27 @@ def _write_episodes(job: _Job, address: str, episodes: list[_Episode], done: dic
         )
         done['episodes'] += 1
     engine = None
-    for plan in plans:
-        if engine is None:
-            engine = engines.make_engine(
-                client,
-                job.item,
-                [job.table],
-                num_columns=len(tree.flatten(plan.rows)),
-                priority=constant,
-                kind=job.engine,
-                max_in_flight_items=job.max_in_flight_items,
-                timeout_ms=job.timeout_ms,
-            )
-        done['items'] += engine.write_episode(plan)
-        done['episodes'] += 1
-    if engine is not None:
-        done['items'] += engine.finish()
+    try:
+        for plan in plans:
+            if engine is None:
+                engine = engines.make_engine(
+                    client,
+                    job.item,
+                    [job.table],
+                    num_columns=len(tree.flatten(plan.rows)),
+                    priority=constant,
+                    kind=job.engine,
+                    max_in_flight_items=job.max_in_flight_items,
+                    timeout_ms=job.timeout_ms,
+                )
+            done['items'] += engine.write_episode(plan)
+            done['episodes'] += 1
+        if engine is not None:
+            done['items'] += engine.finish()
+    except BaseException:
+        if engine is not None:
+            engine.abandon()  # Beam retries the bundle; this writer must not hang a worker.
+        raise
 
 
 def _describe_write_failure(job: _Job, address: str, error: Exception, done: dict) -> str:

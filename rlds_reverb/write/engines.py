@@ -11,10 +11,16 @@ Two engines implement the `WriterEngine` protocol:
 
 Either way each row is appended once and overlapping items reference the same rows. Both
 flush on the same schedule, so that at most `max_in_flight_items` items are pending.
+
+After a failure, `abandon()` lets go of the writer without risking a hang: Reverb's writers
+flush in their destructor without a timeout, so a writer holding items that a dead or
+blocked server will never confirm would otherwise hang whichever later call (or the
+interpreter's exit) happens to garbage-collect it.
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
 import enum
 from typing import Protocol
@@ -52,6 +58,37 @@ class WriterEngine(Protocol):
 
     def finish(self) -> int:
         """Writes what the end of the stream completes; returns the items (per table)."""
+
+    def abandon(self) -> None:
+        """Lets go of the writer after a failure; items the server has not confirmed are lost."""
+
+
+# How long `release_structured_writer` waits for the server to confirm pending items.
+_RELEASE_TIMEOUT_MS = 1_000
+
+
+def release_structured_writer(writer: reverb.StructuredWriter) -> bool:
+    """Lets go of a `StructuredWriter` after a failure, without risking a hang.
+
+    Reverb 0.14's `StructuredWriter` has no `close()`, and its C++ destructor waits, with
+    no timeout, until the server confirms every pending item. With the server gone (or its
+    table blocking inserts) that wait never ends, in whatever later code garbage-collects
+    the writer, or at exit. So: if the pending items are confirmed within a short wait, the
+    writer is left to be destroyed as usual; otherwise it is kept alive for the rest of the
+    process (a small, bounded leak: its buffers and one idle reconnecting thread).
+
+    Args:
+      writer: The writer to let go of; the caller must not use it afterwards.
+
+    Returns:
+      Whether the writer could be released normally (nothing was left unconfirmed).
+    """
+    try:
+        writer.flush(timeout_ms=_RELEASE_TIMEOUT_MS)
+    except Exception:  # noqa: BLE001 - any failure to confirm means the destructor may hang.
+        ctypes.pythonapi.Py_IncRef(ctypes.py_object(writer))
+        return False
+    return True
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,6 +138,9 @@ class StructuredEngine:
 
     def finish(self) -> int:
         return 0  # Nothing is pending after `end_episode`.
+
+    def abandon(self) -> None:
+        release_structured_writer(self._writer)
 
 
 class TrajectoryEngine:
@@ -200,6 +240,9 @@ class TrajectoryEngine:
             self._create_item(start, self._item.length, self._priority)
         self._writer.end_episode(timeout_ms=self._timeout_ms)
         return self._take_count()
+
+    def abandon(self) -> None:
+        self._writer.close()  # Drops what is pending, without the destructor's wait.
 
 
 def make_engine(

@@ -296,7 +296,11 @@ def push(
         stats=stats,
         address=client.server_address,
     )
-    pusher.run(plans)
+    try:
+        pusher.run(plans)
+    except BaseException:
+        writer_engine.abandon()
+        raise
     stats.seconds = time.perf_counter() - started
     return stats
 

@@ -220,7 +220,11 @@ def write_remaining_items(
         max_in_flight_items=max_in_flight_items,
         timeout_ms=timeout_ms,
     )
-    return engine.write_episode(rest)
+    try:
+        return engine.write_episode(rest)
+    except BaseException:
+        engine.abandon()
+        raise
 
 
 def push_resumable(

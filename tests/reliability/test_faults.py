@@ -26,6 +26,7 @@ from rlds_reverb.write import resume
 from tests import builders
 
 _HELPER = os.path.join(os.path.dirname(__file__), 'server_process.py')
+_ABANDONED_PUSH = os.path.join(os.path.dirname(__file__), 'abandoned_push.py')
 _TABLE = 'replay'
 _EPISODES = 400
 _LENGTH = 20
@@ -39,11 +40,14 @@ def _free_port() -> int:
 
 
 @contextlib.contextmanager
-def _server_process(port: int, source, checkpoint_dir, env: dict[str, str]):
+def _server_process(
+    port: int, source, checkpoint_dir, env: dict[str, str], *, blocking: bool = False
+):
     """A server subprocess; killed (SIGKILL) on exit if still alive."""
     process = subprocess.Popen(
         [sys.executable, _HELPER, '--port', str(port), '--source', str(source)]
-        + ['--checkpoint-dir', str(checkpoint_dir)],
+        + ['--checkpoint-dir', str(checkpoint_dir)]
+        + (['--blocking'] if blocking else []),
         stdout=subprocess.PIPE,
         stderr=subprocess.DEVNULL,
         text=True,
@@ -214,3 +218,26 @@ def test_push_into_a_table_whose_limiter_blocks_inserts_times_out_clearly():
         assert info.value.episodes_written == 0
     finally:
         blocking.stop()
+
+
+@pytest.mark.parametrize('engine', ['structured', 'trajectory'])
+def test_failed_push_to_a_server_that_then_dies_does_not_hang_later(
+    indexed_dir, tmp_path, subprocess_env, engine
+):
+    # Reverb's writers wait in their destructor, without a timeout, for items the server has
+    # not confirmed: a failed push must let go of its writer so that the garbage collector
+    # (or the interpreter's exit) does not wait forever for a dead server.
+    port = _free_port()
+    with _server_process(port, indexed_dir, tmp_path, subprocess_env, blocking=True) as server:
+        program = [sys.executable, _ABANDONED_PUSH, '--address', f'localhost:{port}']
+        program += ['--source', str(indexed_dir), '--server-pid', str(server.pid)]
+        done = subprocess.run(
+            [*program, '--engine', engine],
+            capture_output=True,
+            text=True,
+            env=subprocess_env,
+            timeout=120,
+        )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert 'episode(s) were fully written' in done.stdout
+    assert done.stdout.rstrip().endswith('released')
