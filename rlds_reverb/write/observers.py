@@ -28,7 +28,7 @@ from reverb import structured_writer as sw
 from tf_agents.replay_buffers import reverb_utils
 from tf_agents.trajectories import trajectory as trajectory_lib
 
-from rlds_reverb.write import configs
+from rlds_reverb.write import configs, engines
 
 
 def _as_table_names(table_name: str | Sequence[str]) -> list[str]:
@@ -244,6 +244,13 @@ class ReverbAddTrajectoryObserver:
         if self._writer is not None:
             self._writer.end_episode()
             self._writer = None
+
+    def __del__(self):
+        # TF-Agents' observer closes its TrajectoryWriter when collected; a StructuredWriter
+        # cannot be closed, and its destructor would wait forever for a dead server.
+        writer = getattr(self, '_writer', None)
+        if writer is not None:
+            engines.release_structured_writer(writer)
 
 
 class ReverbAddEpisodeObserver:
