@@ -29,6 +29,7 @@ import numpy as np
 import reverb
 import tensorflow as tf
 import tree
+from reverb import structured_writer as sw
 
 from rlds_reverb.core import types
 from rlds_reverb.transform import items as items_lib
@@ -60,14 +61,14 @@ class WriterEngine(Protocol):
         """Writes what the end of the stream completes; returns the items (per table)."""
 
     def abandon(self) -> None:
-        """Lets go of the writer after a failure; items the server has not confirmed are lost."""
+        """Lets go of the writer after a failure; what the server has not confirmed may be lost."""
 
 
 # How long `release_structured_writer` waits for the server to confirm pending items.
 _RELEASE_TIMEOUT_MS = 1_000
 
 
-def release_structured_writer(writer: reverb.StructuredWriter) -> bool:
+def release_structured_writer(writer: sw.StructuredWriter) -> bool:
     """Lets go of a `StructuredWriter` after a failure, without risking a hang.
 
     Reverb 0.14's `StructuredWriter` has no `close()`, and its C++ destructor waits, with
