@@ -47,6 +47,7 @@ import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
 
+import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 import tree
@@ -56,7 +57,7 @@ from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import types
 from rlds_reverb.core.errors import SourceError, SourceNotFoundError, SpecMismatchError
 from rlds_reverb.core.specs import get_step_spec
-from rlds_reverb.data import tfds_writer
+from rlds_reverb.data import records, tfds_writer
 
 _LOGGER = logging.getLogger(__name__)
 _DATASET_INFO = 'dataset_info.json'
@@ -251,8 +252,62 @@ def _read_whole_episodes(
     # A Sequence decodes each field with its own batch decoder (a whole FeaturesDict would
     # decode step by step with tf.map_fn, ~10x slower here).
     decoder = tfds.features.Sequence(tfds.features.FeaturesDict(step_features))
+
+    def _decode_steps(raw: dict) -> dict:
+        steps = decoder.decode_example(select_step_fields(raw, paths, where=where))
+        steps = _check_step_counts(steps, where=where)
+        if types.DISCOUNT not in steps and types.REWARD in steps:
+            steps = _fill_discount(steps)
+        return steps
+
+    if types.DISCOUNT not in step_features and types.REWARD in step_features:
+        _warn_no_discount(where, stacklevel=4)
+    serialized_steps = select_step_fields(
+        builder.info.features[types.STEPS].get_serialized_info(), paths, where=where
+    )
     try:
-        encoded = builder.as_dataset(
+        if records.can_read_records(builder, shuffle_files=shuffle_files, read_config=read_config):
+            try:
+                return records.read_episode_records(
+                    builder,
+                    split=split,
+                    serialized_steps=serialized_steps,
+                    decode_steps=episodes_lib.without_autograph(_decode_steps),
+                )
+            except (ValueError, KeyError, AssertionError, tf.errors.OpError):
+                pass  # A split TFDS resolves itself (such as 'all'): as_dataset reads it.
+        encoded = _read_encoded_steps(
+            builder, split=split, shuffle_files=shuffle_files, read_config=read_config, where=where
+        )
+        return encoded.map(
+            episodes_lib.without_autograph(
+                lambda episode: {**episode, types.STEPS: _decode_steps(episode[types.STEPS])}
+            ),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+    except SourceError:
+        raise
+    except Exception:  # Tracing failed: find and name the field (traced alone, once each).
+        encoded = _read_encoded_steps(
+            builder, split=split, shuffle_files=shuffle_files, read_config=read_config, where=where
+        )
+        encoded_spec = select_step_fields(encoded.element_spec[types.STEPS], paths, where=where)
+        _check_decodable(decoder, encoded_spec, where=where)
+        raise
+
+
+def _read_encoded_steps(
+    builder: tfds.core.DatasetBuilder,
+    *,
+    split: str,
+    shuffle_files: bool,
+    read_config: tfds.ReadConfig | None,
+    where: str,
+) -> tf.data.Dataset:
+    """Returns TFDS' episodes with `steps` left encoded (as parsed, not decoded)."""
+    try:
+        return builder.as_dataset(
             split=split,
             shuffle_files=shuffle_files,
             read_config=read_config,
@@ -261,51 +316,43 @@ def _read_whole_episodes(
     except (ValueError, KeyError, AssertionError, tf.errors.OpError) as e:
         raise SourceError(f'Could not read split {split!r} of {where}: {e}') from e
 
-    def _decode(episode: dict) -> dict:
-        raw = select_step_fields(episode[types.STEPS], paths, where=where)
-        steps = decoder.decode_example(raw)
-        steps = _check_step_counts(steps, where=where)
-        if types.DISCOUNT not in steps and types.REWARD in steps:
-            steps = _fill_discount(steps)
-        return {**episode, types.STEPS: steps}
-
-    if types.DISCOUNT not in step_features and types.REWARD in step_features:
-        _warn_no_discount(where, stacklevel=4)
-    try:
-        return encoded.map(
-            episodes_lib.without_autograph(_decode),
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=True,
-        )
-    except Exception:  # Tracing failed: find and name the field (traced alone, once each).
-        encoded_spec = select_step_fields(encoded.element_spec[types.STEPS], paths, where=where)
-        _check_decodable(decoder, encoded_spec, where=where)
-        raise
-
 
 def _check_step_counts(steps: dict, *, where: str) -> dict:
-    """Returns `steps`, failing while read if a field's step count differs from the flags'.
+    """Returns `steps`, failing while read if a field's step count differs from the others'.
 
     A record that lacks a step field (written under other features) decodes it with zero
-    steps; the nested reader failed there too, without naming the field. One `Assert` op
-    checks every field (one `assert_equal` per field cost 0.3 s of tracing per `load`), and
-    its message lists the fields whose count differs.
+    steps; the nested reader failed there too, without naming the field. Every traced op
+    costs set-up time (about 0.6 ms each with pure-Python protobuf), so one `Assert` checks
+    every field from one concatenation of their shapes, and its message lists each field
+    with its step count.
     """
     flat = tree.flatten_with_path(steps)
+    leaves = [x for _, x in flat]
+    not_tensors = [x for x in leaves if not isinstance(x, tf.Tensor | tf.RaggedTensor)]
+    if not_tensors:  # Such as a Dataset per step: load names the field (_check_decodable).
+        raise TypeError(f'a step field decodes to a {type(not_tensors[0]).__name__}')
+    if not all(isinstance(x, tf.Tensor) and x.shape.rank for x in leaves):
+        return steps  # Ragged or unknown rank: slicing the steps fails on uneven counts.
     names = tf.constant(['/'.join(map(str, path)) for path, _ in flat])
-    counts = tf.stack([tf.shape(x)[0] for _, x in flat])
-    differs = tf.not_equal(counts, tf.shape(steps[types.IS_FIRST])[0])
+    # The leading dimension of each leaf, gathered from all their shapes at once.
+    starts = np.cumsum([0] + [x.shape.rank for x in leaves[:-1]])
+    counts = tf.gather(tf.concat([tf.shape(x) for x in leaves], axis=0), starts)
     check = tf.debugging.Assert(
-        tf.logical_not(tf.reduce_any(differs)),
+        tf.equal(tf.reduce_min(counts), tf.reduce_max(counts)),
         [
             f"{where}: an episode's step field has a different number of steps than its "
             f"'{types.IS_FIRST}' flags, so the record is not a valid episode (a field missing "
-            "from it?). load(..., check_files='full') names the shard and record. Fields:",
-            tf.boolean_mask(names, differs),
+            "from it?). load(..., check_files='full') names the shard and record. Fields and "
+            'their step counts:',
+            names,
+            counts,
         ],
+        summarize=len(leaves),
     )
-    with tf.control_dependencies([check]):
-        return tf.nest.map_structure(tf.identity, steps)
+    # tf.data functions run their stateful ops (the Assert) with every element, so the
+    # steps need no control dependency on it (one Identity per field).
+    del check
+    return steps
 
 
 def _make_decode_probe(sequence: tfds.features.Sequence, not_tensors: list[str]):
