@@ -144,10 +144,15 @@ def map_episodes(
     its `Bounds`, and returns the stream with fields added; it must not mix episodes.
     Several episodes per call amortize TF's per-op cost over more steps. Our functions
     have no Python control flow on tensors, so autograph (slow to trace) is off unless
-    asked for, as it must be around user code such as a value function.
+    asked for, as it must be around user code such as a value function (then only what
+    `fn` calls unmarked is converted: mark the toolkit's own functions `do_not_convert`).
     """
     if not autograph:
         fn = tf.autograph.experimental.do_not_convert(fn)
+    maybe_convert = (lambda f: f) if autograph else tf.autograph.experimental.do_not_convert
+    get_bounds = tf.autograph.experimental.do_not_convert(episode_bounds)
+    get_split_bounds = tf.autograph.experimental.do_not_convert(bounds_from_splits)
+    flatten = tf.autograph.experimental.do_not_convert(_flatten_episodes)
     rlds = is_rlds(dataset)
     if rlds:
         dataset = episodes.to_whole_episodes(dataset)
@@ -160,19 +165,21 @@ def map_episodes(
 
     def _on_one(element):
         steps = _get(element)
-        return _put(element, fn(steps, episode_bounds(steps)))
+        return _put(element, fn(steps, get_bounds(steps)))
 
     def _on_batch(element):
         batch = _get(element)
-        flat, splits, unflatten = _flatten_episodes(batch)
-        out = fn(flat, bounds_from_splits(flat[types.IS_TERMINAL], splits))
+        flat, splits, unflatten = flatten(batch)
+        out = fn(flat, get_split_bounds(flat[types.IS_TERMINAL], splits))
         return _put(element, tf.nest.map_structure(unflatten, out))
 
     if episodes_per_call == 1:
-        dataset = dataset.map(_on_one, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+        dataset = dataset.map(
+            maybe_convert(_on_one), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        )
     else:
         dataset = dataset.ragged_batch(episodes_per_call).map(
-            _on_batch, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+            maybe_convert(_on_batch), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
         )
         # Unbatched ragged leaves have rank-0 ragged specs; a map turns them into tensors.
         dataset = dataset.unbatch()

@@ -100,9 +100,11 @@ def gae(
         _episode.refuse_overwrite(spec, (types.ADVANTAGE, types.RETURN), transform='gae')
         _episode.warn_if_no_discount(spec, transform='gae')
         get_values = value_fn if value_fn is not None else (lambda _: None)
+        # AutoGraph (for the user's value_fn) skips our own maths, which it need not rewrite.
+        compute = episodes.without_autograph(compute_gae_fields)
         return _episode.map_episodes(
             dataset,
-            lambda steps, bounds: compute_gae_fields(
+            lambda steps, bounds: compute(
                 steps, bounds, gamma, lambda_, get_values(steps[types.OBSERVATION]), value_field
             ),
             episodes_per_call=episodes_per_call,

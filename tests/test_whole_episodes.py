@@ -144,3 +144,24 @@ def test_a_field_the_whole_episode_reader_cannot_decode_is_named(tmp_path):
     episodes = rlds_reverb.load(directory, step_fields=[types.OBSERVATION])
     lengths = [len(e[types.IS_FIRST]) for e in episodes_lib.to_episode_tensors(episodes)]
     assert lengths == [3, 1]
+
+
+@pytest.mark.parametrize('split', ['train[1:4]', 'train[:50%]', 'train[-2:]'])
+def test_split_slices_read_the_same_episodes_as_tfds(cartpole_dir, split):
+    # The TFRecord reader follows TFDS' file instructions (skip/take per shard) and order.
+    whole = rlds_reverb.load(cartpole_dir, split=split)
+    nested = tfds.builder_from_directory(str(cartpole_dir)).as_dataset(split=split)
+    _assert_same_episodes(
+        list(episodes_lib.to_episode_tensors(whole).as_numpy_iterator()), _nested_tensors(nested)
+    )
+
+
+def test_a_read_config_reads_through_tfds_with_the_same_episodes(cartpole_dir):
+    # Read options the TFRecord reader does not serve go to TFDS' own as_dataset.
+    whole = rlds_reverb.load(cartpole_dir, read_config=tfds.ReadConfig(interleave_cycle_length=1))
+    nested = tfds.builder_from_directory(str(cartpole_dir)).as_dataset(
+        split='train', read_config=tfds.ReadConfig(interleave_cycle_length=1)
+    )
+    _assert_same_episodes(
+        list(episodes_lib.to_episode_tensors(whole).as_numpy_iterator()), _nested_tensors(nested)
+    )

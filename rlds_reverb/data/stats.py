@@ -81,7 +81,9 @@ def describe_dataset(episodes: tf.data.Dataset) -> DatasetStats:
     """
     step_spec = specs.get_step_spec(episodes)
     summaries = episodes_lib.to_episode_tensors(episodes).map(
-        _summarize_episode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        episodes_lib.without_autograph(_summarize_episode),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
     )
     rows = list(summaries.as_numpy_iterator())
     lengths = np.array([r['length'] for r in rows], np.int64)

@@ -431,7 +431,9 @@ def validate(
     mode = types.parse_on_invalid(on_invalid, mode=mode, function='validate')
     checker = EpisodeChecker(specs.get_step_spec(episodes))
     summaries = episodes_lib.to_episode_tensors(episodes).map(
-        summarize_episode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        episodes_lib.without_autograph(summarize_episode),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
     )
     report = ValidationReport()
     for index, summary in read_episodes(summaries):
