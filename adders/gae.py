@@ -69,8 +69,9 @@ def gae(
     Raises:
       ValueError: If `gamma` or `lambda_` is outside [0, 1], `episodes_per_call` < 1,
         both `value_fn` and `value_field` are given, or (when applied) the value field is
-        missing, the steps already hold `advantage` or `return`, or `value_fn`'s output
-        shape is statically not `[T, *reward_shape]`.
+        missing, the steps already hold `advantage` or `return` (or `value` when the
+        values come from elsewhere), or `value_fn`'s output shape is statically not
+        `[T, *reward_shape]`.
       tf.errors.InvalidArgumentError: While iterating, if `value_fn` returns a number of
         values other than the number of steps of an episode.
     """
@@ -98,6 +99,14 @@ def gae(
                 ) from e
             raise
         _episode.refuse_overwrite(spec, (types.ADVANTAGE, types.RETURN), transform='gae')
+        if value_field != types.VALUE and types.VALUE in spec:
+            # gae writes the values it used to `value`: another field's would be lost.
+            source = 'value_fn' if value_fn is not None else f'value_field={value_field!r}'
+            raise ValueError(
+                f"gae writes the values of {source} to the step field '{types.VALUE}', which "
+                'the steps already hold; rename that field first, or pass '
+                f"value_field='{types.VALUE}' to use it."
+            )
         _episode.warn_if_no_discount(spec, transform='gae')
         get_values = value_fn if value_fn is not None else (lambda _: None)
         # AutoGraph (for the user's value_fn) skips our own maths, which it need not rewrite.

@@ -11,8 +11,9 @@ from rlds_reverb.core import types
 from tests import builders
 
 
-def _dataset(form='rlds', **extra):
-    (steps,) = builders.case_episodes([dict(reward=[1, 2, 0], value=[0, 0, 0], ending='truncated')])
+def _dataset(form='rlds', *, with_value=True, **extra):
+    spec = dict(reward=[1, 2, 0], ending='truncated')
+    (steps,) = builders.case_episodes([{**spec, 'value': [0, 0, 0]} if with_value else spec])
     steps.update(extra)
     return builders.dataset([steps], form)
 
@@ -66,11 +67,13 @@ def test_gae_value_fn_of_wrong_shape_raises_when_applied():
     with pytest.raises(
         ValueError, match=r'gae: value_fn gave values of shape \(None, 2\); expected \(None,\)'
     ):
-        _dataset().apply(adders.gae(0.9, 0.9, value_fn=two_values_per_step))
+        _dataset(with_value=False).apply(adders.gae(0.9, 0.9, value_fn=two_values_per_step))
 
 
 def test_gae_value_fn_with_wrong_number_of_values_fails_while_iterating():
-    dataset = _dataset().apply(adders.gae(0.9, 0.9, value_fn=lambda observation: observation[1:]))
+    dataset = _dataset(with_value=False).apply(
+        adders.gae(0.9, 0.9, value_fn=lambda observation: observation[1:])
+    )
     with pytest.raises(tf.errors.InvalidArgumentError, match='other than the number of steps'):
         list(dataset)
 
@@ -79,6 +82,23 @@ def test_gae_refuses_to_overwrite_advantages():
     dataset = _dataset('tensors', advantage=np.zeros(3, np.float32))
     with pytest.raises(ValueError, match=r"gae adds step field\(s\) \['advantage'\]"):
         dataset.apply(adders.gae(0.9, 0.9))
+
+
+@pytest.mark.parametrize(
+    'options,source',
+    [
+        (dict(value_fn=lambda observation: observation), 'value_fn'),
+        (dict(value_field='v'), "value_field='v'"),
+    ],
+)
+def test_gae_refuses_to_overwrite_a_value_field_it_does_not_read(options, source):
+    dataset = _dataset('tensors', v=np.ones(3, np.float32))
+    with pytest.raises(
+        ValueError, match=rf"gae writes the values of {source} to the step field 'value'"
+    ):
+        dataset.apply(adders.gae(0.9, 0.9, **options))
+    # Reading `value` itself is fine: gae writes back the values it used.
+    dataset.apply(adders.gae(0.9, 0.9, value_field='value'))
 
 
 def test_n_step_refuses_to_run_twice():

@@ -19,7 +19,11 @@ batch (images and other encoded features included) straight into `[T, ...]` tens
 without the per-step nested dataset, and the toolkit's functions given the returned dataset
 use those tensors (`core.episodes.to_whole_episodes`). Users still see an RLDS dataset; a
 transformation of it (`.take`, `.map`) is read through its nested steps, correctly but more
-slowly. `whole_episodes=False` reads the nested steps as TFDS gives them.
+slowly. `whole_episodes=False` reads the nested steps as TFDS gives them. The default read
+of TFRecord shards (no `read_config`, no file shuffling) goes straight from the shards to
+whole episodes in one map (`rlds_reverb.data.records`: TFDS' own file instructions, order
+and parser), which halves the set-up of `as_dataset` and a second decoding map; any other
+read goes through TFDS' `as_dataset`, with the same episodes.
 
 Choosing step fields. `step_fields=` names the step fields to keep (TFDS' `/` paths for
 nested ones, such as `'observation/image'`): RLDS' own fields (action, reward, discount and
