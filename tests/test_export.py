@@ -123,7 +123,8 @@ def test_two_step_items_round_trip(add_ids, kind, cartpole_dir, tmp_path, server
     ],
     ids=['overlapping-pad', 'truncate', 'episode-chunks'],
 )
-def test_step_items_with_ids_round_trip_from_a_checkpoint(item, tmp_path, server_for):
+@pytest.mark.parametrize('add_ids', [True, False], ids=['ids', 'in-order'])
+def test_step_items_round_trip_from_a_checkpoint(item, add_ids, tmp_path, server_for):
     # Discounts that agree with the flags (0 into and at the terminal step): items carry
     # the terminal rule's discounts (docs/semantics.md §3), so only such data round-trips.
     data = [
@@ -138,14 +139,21 @@ def test_step_items_with_ids_round_trip_from_a_checkpoint(item, tmp_path, server
         features=builders.step_features(tag=tfds.features.Scalar(np.int32)),
     )
     episodes = load(original)
-    address = server_for(item, episodes, add_ids=True)
-    push_lib.push(episodes, address, 'replay', item=item, add_ids=True)
+    address = server_for(item, episodes, add_ids=add_ids)
+    push_lib.push(episodes, address, 'replay', item=item, add_ids=add_ids)
     server_dir = reverb.Client(address).checkpoint()
-    # Parts of about 50 rows: episodes span several temporary servers.
+    # Parts of about 50 rows: episodes span several temporary servers. Without ids, the
+    # windows are placed by the item kind they were pushed with.
     stats = reverb_export.export_table(
-        tmp_path / 'out', 'replay', checkpoint=server_dir, part_rows=50, max_copy_bytes=0
+        tmp_path / 'out',
+        'replay',
+        checkpoint=server_dir,
+        part_rows=50,
+        max_copy_bytes=0,
+        item=item,
     )
-    assert stats.kind is reverb_export.ExportKind.STEPS_WITH_IDS
+    want = 'STEPS_WITH_IDS' if add_ids else 'WINDOWS_IN_ORDER'
+    assert stats.kind is reverb_export.ExportKind[want]
     assert_same_dataset(original, tmp_path / 'out')
 
 
@@ -303,22 +311,81 @@ def test_interleaved_two_step_items_are_refused():
         chain.add_ids(_step_pairs((0, 0, 3), (1, 0, 3), (0, 1, 3)))
 
 
-def test_partial_episodes_raise_or_are_skipped(tmp_path, server_for):
+@pytest.mark.parametrize('add_ids', [True, False], ids=['ids', 'in-order'])
+def test_partial_episodes_raise_or_are_skipped(add_ids, tmp_path, server_for):
     episodes = builders.rlds([builders.episode(6), builders.episode(4)])
     item = items.Sequence(4, end='drop')  # Drops the tail of the 6-step episode.
-    address = server_for(item, episodes, add_ids=True)
-    push_lib.push(episodes, address, 'replay', item=item, add_ids=True)
+    address = server_for(item, episodes, add_ids=add_ids)
+    push_lib.push(episodes, address, 'replay', item=item, add_ids=add_ids)
     with pytest.raises(ExportError, match=r'part of 1 episode\(s\) \(episode 0: 4 step'):
-        reverb_export.export_table(tmp_path / 'out', 'replay', server=address)
+        reverb_export.export_table(tmp_path / 'out', 'replay', server=address, item=item)
     assert not (tmp_path / 'out').exists()
     stats = reverb_export.export_table(
-        tmp_path / 'out', 'replay', server=address, on_invalid='skip'
+        tmp_path / 'out', 'replay', server=address, on_invalid='skip', item=item
     )
     assert (stats.episodes, stats.skipped_episodes) == (1, 1)
     _, exported = read_tfds(tmp_path / 'out')
     np.testing.assert_array_equal(
         exported[0][types.STEPS][types.OBSERVATION], builders.episode(4)[types.OBSERVATION]
     )
+
+
+def _windows(*windows, period: int) -> tuple[dict, np.ndarray, int]:
+    """Rows of windows as export reads them: (episode, start, size, length) each, padded."""
+    span = max(w[2] for w in windows)
+    rows, valid = [], []
+    for episode, start, size, length in windows:
+        for i in range(span):
+            step = start + i
+            rows.append(
+                {
+                    types.OBSERVATION: np.float32(100 * episode + step),
+                    types.IS_FIRST: step == 0,
+                    types.IS_LAST: step == length - 1,
+                }
+            )
+            valid.append(i < size)
+    return {k: np.array([r[k] for r in rows]) for k in rows[0]}, np.array(valid), len(windows)
+
+
+def test_windows_in_insertion_order_get_episode_and_step_ids():
+    chain = reverb_export._WindowChain('replay', period=2)
+    # Episode 0 (5 steps) in windows of 3 every 2 steps, then episode 1 (2 steps).
+    rows, valid, count = _windows((0, 0, 3, 5), (0, 2, 3, 5), (1, 0, 2, 2), period=2)
+    out = chain.add_ids(rows, valid, count)
+    np.testing.assert_array_equal(out[types.EPISODE_ID], [0, 0, 0, 0, 0, 0, 1, 1, -1])
+    np.testing.assert_array_equal(out[types.STEP_INDEX], [0, 1, 2, 2, 3, 4, 0, 1, -1])
+
+
+@pytest.mark.parametrize(
+    ('windows', 'message'),
+    [
+        (((0, 0, 3, 9), (1, 2, 3, 9)), 'item 1 does not continue the episode of item 0 2 steps'),
+        (((0, 0, 2, 3), (0, 2, 2, 3)), 'holds the first step of an episode after its own first'),
+    ],
+    ids=['interleaved', 'across-episodes'],
+)
+def test_windows_out_of_one_writers_order_are_refused(windows, message):
+    chain = reverb_export._WindowChain('replay', period=2)
+    rows, valid, count = _windows(*windows, period=2)
+    if message.startswith('holds'):  # end='continue': the next episode starts inside.
+        rows[types.IS_FIRST][3] = True
+    with pytest.raises(ExportError, match=message):
+        chain.add_ids(rows, valid, count)
+
+
+@pytest.mark.parametrize(
+    ('item', 'message'),
+    [
+        (items.Sequence(3, end='last'), "windows of end='last' cannot be placed without ids"),
+        (items.Sequence(3, end='continue'), "end='continue' cannot be placed"),
+        (items.TwoStep(), 'item= names the items.Sequence or items.Episode'),
+    ],
+    ids=['last', 'continue', 'two-step'],
+)
+def test_export_refuses_items_whose_windows_cannot_be_placed(item, message, tmp_path):
+    with pytest.raises(ValueError, match=message):
+        reverb_export.export_table(tmp_path / 'out', 'replay', server='localhost:1', item=item)
 
 
 def test_bad_export_options_are_refused(tmp_path, server_for):
@@ -388,3 +455,32 @@ def test_cli_export_errors_are_one_line(tmp_path, run_cli):
         'push', tmp_path, '--server', 'localhost:1', '--add-ids', '--workers', '2'
     )
     assert code == 2 and '--add-ids numbers the episodes' in err
+
+
+def test_cli_exports_sequence_windows_without_ids(tmp_path, server_for, run_cli):
+    data = [builders.episode(7, ending=builders.TRUNCATED), builders.episode(2)]
+    data[1]['discount'] = np.array([0.0, 0.0], np.float32)  # Terminal: as items carry it.
+    original = builders.write_tfds(tmp_path / 'in', data, name='toy')
+    episodes = load(original)
+    item = items.Sequence(3, 2, end='pad')
+    address = server_for(item, episodes)
+    push_lib.push(episodes, address, 'replay', item=item)
+    options = ['--item', 'sequence', '--length', '3', '--period', '2', '--end', 'pad']
+    code, out, _ = run_cli(
+        'export', '--server', address, '--table', 'replay', *options, tmp_path / 'out'
+    )
+    assert code == 0 and 'Exported 2 episodes' in out and 'windows-in-order' in out
+    assert_same_dataset(original, tmp_path / 'out')
+    code, _, err = run_cli(
+        'export',
+        '--server',
+        address,
+        '--table',
+        'replay',
+        '--item',
+        'sequence',
+        '--end',
+        'last',
+        tmp_path / 'again',
+    )
+    assert code != 0 and "end='last' cannot be placed without ids" in err

@@ -2,6 +2,7 @@
 
     rlds-reverb export --server localhost:8000 --table replay OUT_DIR
     rlds-reverb export --checkpoint /ckpt --table replay OUT_DIR
+    rlds-reverb export --server localhost:8000 --table seq --item sequence --length 8 OUT_DIR
     rlds-reverb record --env CartPole-v1 --episodes 100 --policy scripted OUT_DIR
 
 `export` writes the items of a Reverb table (a live server, or a checkpoint directory) as
@@ -19,7 +20,18 @@ from rlds_reverb.cli import common
 
 def _export(args: argparse.Namespace) -> int:
     from rlds_reverb.export import reverb_export
+    from rlds_reverb.transform import items
 
+    item = None
+    if args.item is not None:
+        item = items.parse_item(
+            args.item,
+            length=args.length,
+            period=args.period,
+            end=args.end,
+            max_length=args.max_length,
+            overflow=items.EpisodeOverflow.SPLIT.value,
+        )
     bar = common.ProgressBar(disable=args.no_progress)
     try:
         stats = reverb_export.export_table(
@@ -28,6 +40,7 @@ def _export(args: argparse.Namespace) -> int:
             server=args.server,
             checkpoint=args.checkpoint,
             episode_fields=args.episode_field,
+            item=item,
             on_invalid=args.on_invalid,
             name=args.name,
             timeout_ms=args.timeout_ms,
@@ -98,6 +111,21 @@ def add_export_parser(subparsers) -> argparse.ArgumentParser:
         choices=[m.value for m in types.ValidationMode if m is not types.ValidationMode.REPORT],
         help='what to do with episodes the table holds only part of',
     )
+    parser.add_argument(
+        '--item',
+        choices=['sequence', 'episode'],
+        default=None,
+        help='for step windows pushed without ids: the item kind they were pushed with',
+    )
+    parser.add_argument('--length', type=int, default=2, help='sequence: steps per window')
+    parser.add_argument('--period', type=int, default=None, help='sequence: steps between')
+    parser.add_argument(
+        '--end',
+        default=types.EndBehavior.TRUNCATE.value,
+        choices=[e.value for e in types.EndBehavior],
+        help='sequence: end-of-episode behaviour',
+    )
+    parser.add_argument('--max-length', type=int, default=1000, help='episode: steps per item')
     parser.add_argument('--name', default='reverb_export', help='the TFDS dataset name')
     parser.add_argument('--timeout-ms', type=int, default=60_000)
     parser.add_argument('--no-progress', action='store_true', help='hide the progress bar')

@@ -13,16 +13,17 @@ Which tables can be exported, and why:
 | `Sequence`, `Episode(overflow='split')`, pushed with `add_ids=True` | yes | every step row says its episode and step; overlapping windows give the same row |
 | `TwoStep()`, pushed with `add_ids=True` | yes | the pairs (t, t + 1) cover steps 0..L; flags come from the step types |
 | `TwoStep()` without ids, written by one writer in order | yes | read in insertion order, an episode's pairs follow each other: each pair starts where the previous one ended (checked field by field), a FIRST step starts an episode, a LAST one ends it |
-| `Sequence` without ids | no | a window does not say which episode it belongs to |
+| `Sequence`, `Episode(overflow='split')` without ids, one writer in order, given `item=` | yes | read in insertion order, an episode's windows follow each other `period` steps apart: a window whose first step is FIRST starts an episode, the others continue it (overlapping rows checked field by field), and the window holding LAST ends it |
+| `Sequence(end='last')` or `end='continue'` without ids | no | the moved last window, or windows across episodes, cannot be placed without ids |
+| `NStep` | no | an item holds a sum of rewards, not the steps |
 
-Two-step items without ids rely on the table's insertion order: one writer, one episode
-after the other (`push`, the Beam pipeline's writer per server, a TF-Agents observer). Items
+Two-step items and windows without ids rely on the table's insertion order: one writer,
+one episode after the other (`push`, the Beam pipeline's writer per server, a TF-Agents observer). Items
 of several writers interleaved (`push --workers N` into one table) or removed from the
 middle of an episode (sampling with `max_times_sampled`, a prioritized remover) break the
 chain, and the export says so (push with `add_ids=True` for such tables). FIFO eviction
 (`max_size`) only removes the oldest items: the episode it cut is partial (raise, or
 skipped with `on_invalid='skip'`).
-| `NStep` | no | an item holds a sum of rewards, not the steps |
 
 Two-step items hold TF-Agents trajectories, which keep everything of a step except the
 last step's `is_terminal` and discount: the trajectory's discount there is 0 on
@@ -52,6 +53,7 @@ from rlds_reverb.core import types
 from rlds_reverb.core.errors import ExportError
 from rlds_reverb.data import tfds_writer
 from rlds_reverb.export import table_copy
+from rlds_reverb.transform import items as items_lib
 
 ProgressFn = Callable[[int, int], None]
 
@@ -68,12 +70,15 @@ class ExportKind(enum.Enum):
     STEPS_WITH_IDS: items of RLDS steps with `mask`, each step carrying its ids.
     TWO_STEP_WITH_IDS: TF-Agents two-step trajectories with the ids in `policy_info`.
     TWO_STEP_IN_ORDER: TF-Agents two-step trajectories without ids, in one writer's order.
+    WINDOWS_IN_ORDER: windows of RLDS steps with `mask` without ids, in one writer's order,
+      placed by the `items.Sequence` or `items.Episode` they were pushed with.
     """
 
     WHOLE_EPISODES = 'whole-episodes'
     STEPS_WITH_IDS = 'steps-with-ids'
     TWO_STEP_WITH_IDS = 'two-step-with-ids'
     TWO_STEP_IN_ORDER = 'two-step-in-order'
+    WINDOWS_IN_ORDER = 'windows-in-order'
 
 
 _TWO_STEP_KINDS = (ExportKind.TWO_STEP_WITH_IDS, ExportKind.TWO_STEP_IN_ORDER)
@@ -149,6 +154,8 @@ def _row_spec(signature, kind: ExportKind) -> dict:
             spec.update({f: tf.TensorSpec([2], tf.int64) for f in _ID_FIELDS})
     else:
         spec = {k: v for k, v in signature.items() if k != types.MASK}
+        if kind is ExportKind.WINDOWS_IN_ORDER:
+            spec.update({f: tf.TensorSpec([None], tf.int64) for f in _ID_FIELDS})
     return tf.nest.map_structure(drop_time, spec)
 
 
@@ -284,6 +291,110 @@ def _take(rows, index):
     return tree.map_structure(lambda x: x[index], rows)
 
 
+def find_window_period(item: items_lib.ItemKind) -> int:
+    """Returns the steps between the starts of an episode's windows of `item`.
+
+    Raises:
+      ValueError: If `item` is not an `items.Sequence` or `items.Episode`, or its windows
+        cannot be placed from the insertion order (`end='last'` or `'continue'`).
+    """
+    if isinstance(item, items_lib.Episode):
+        return item.max_length
+    if not isinstance(item, items_lib.Sequence):
+        raise ValueError(
+            f'item={item} is not valid here: item= names the items.Sequence or items.Episode '
+            'a table of step windows without ids was pushed with.'
+        )
+    if item.end in (types.EndBehavior.LAST, types.EndBehavior.CONTINUE):
+        raise ValueError(
+            f"item={item}: windows of end='{item.end.value}' cannot be placed without ids "
+            '(the last window is moved back, or windows cross episodes, by amounts the table '
+            'does not hold); push them with add_ids=True to export them.'
+        )
+    return item.period
+
+
+class _WindowChain:
+    """Numbers the steps of windows (`Sequence`, `Episode` chunks) read in one writer's order.
+
+    An episode's windows start `period` steps apart, its first at step 0 (FIRST). A window
+    whose first step is FIRST starts an episode; any other continues the previous window's
+    episode `period` steps further on, its rows overlapping that window's checked field by
+    field, while that episode has not ended (no LAST yet). One that does not start with
+    FIRST after an ended episode (FIFO eviction cut the beginning) opens a partial episode,
+    numbered from step 1 so that the assembler reports it incomplete. A window that
+    contradicts the previous one means the items are not one writer's windows in order: an
+    `ExportError`.
+    """
+
+    def __init__(self, table: str, *, period: int):
+        self._table = table
+        self._period = period
+        self._items = 0
+        self._previous: dict | None = None  # The previous window's real rows.
+        self._start = 0  # Its first step's index.
+        self._episode = -1
+        self._open = False  # Whether its episode had not ended.
+
+    def add_ids(self, rows: dict, valid: np.ndarray, count: int) -> dict:
+        """Returns `rows` (`count` windows laid end to end) with `episode_id`/`step_index`.
+
+        Padding rows (not `valid`) get ids -1.
+        """
+        span = len(valid) // count if count else 0
+        episode_ids = np.full(len(valid), -1, np.int64)
+        step_ids = np.full(len(valid), -1, np.int64)
+        for k in range(count):
+            part = np.flatnonzero(valid[k * span : (k + 1) * span]) + k * span
+            if not part.size:
+                continue
+            window = _take(rows, part)
+            self._place(window, k)
+            episode_ids[part] = self._episode
+            step_ids[part] = self._start + np.arange(part.size)
+            self._previous = window
+            self._open = not window[types.IS_LAST].any()
+        self._items += count
+        return {**rows, types.EPISODE_ID: episode_ids, types.STEP_INDEX: step_ids}
+
+    def _place(self, window: dict, k: int) -> None:
+        """Sets the episode and first step index of the next window."""
+        index = self._items + k
+        if window[types.IS_FIRST][1:].any():
+            raise ExportError(
+                f'Cannot export table {self._table!r} as windows in insertion order: item '
+                f'{index} holds the first step of an episode after its own first row '
+                "(windows across episodes, end='continue'); push with add_ids=True to export "
+                'such a table. Nothing was written.'
+            )
+        if window[types.IS_FIRST][0]:
+            self._episode, self._start = self._episode + 1, 0
+            return
+        if not self._open:  # The episode's beginning was evicted: a partial episode.
+            self._episode, self._start = self._episode + 1, 1
+            return
+        start = self._start + self._period
+        overlap = min(
+            len(self._previous[types.IS_FIRST]) - self._period, len(window[types.IS_FIRST])
+        )
+        if (
+            overlap > 0
+            and not _equal_rows(
+                _take(window, slice(0, overlap)),
+                _take(self._previous, slice(self._period, self._period + overlap)),
+            ).all()
+        ):
+            raise ExportError(
+                f'Cannot export table {self._table!r} as windows in insertion order: item '
+                f'{index} does not continue the episode of item {index - 1} {self._period} '
+                "steps on (their common steps differ). The items are not one writer's "
+                'windows in order (several writers, items removed by sampling, or an item= '
+                'other than the one pushed); push with add_ids=True to export such a table. '
+                'Nothing was written.'
+            )
+        self._start = start
+
+
 class _Assembler:
     """Collects step rows by episode id; hands out each episode once all its steps are in."""
 
@@ -355,7 +466,9 @@ def _check_whole_episode(index: int, rows: dict) -> str | None:
         return (
             f'item {index} holds a part of an episode (its first step is_first='
             f'{bool(rows[types.IS_FIRST][0])}, its last is_last={bool(rows[types.IS_LAST][-1])}): '
-            'sequence windows and Episode chunks need ids; push with add_ids=True'
+            'to export sequence windows or Episode chunks, pass the item kind they were pushed '
+            'with (export_table(..., item=items.Sequence(...)), rlds-reverb export --item ...) '
+            'or push them with add_ids=True'
         )
     return None
 
@@ -386,6 +499,7 @@ def export_table(
     server: str | reverb.Client | None = None,
     checkpoint: os.PathLike | str | None = None,
     episode_fields: Sequence[str] = (),
+    item: items_lib.ItemKind | None = None,
     on_invalid: types.ValidationMode | str = types.ValidationMode.RAISE,
     name: str = 'reverb_export',
     version: str = '1.0.0',
@@ -412,6 +526,10 @@ def export_table(
       checkpoint: A Reverb checkpoint directory (the latest checkpoint in it is used).
       episode_fields: Item fields that are episode metadata (carried with
         `push(..., episode_fields=...)`): written as episode-level fields, not steps.
+      item: For a table of step windows pushed without ids, the `items.Sequence` or
+        `items.Episode(overflow='split')` they were pushed with: its windows are then placed
+        from the insertion order (one writer, module docstring). Ignored when the items
+        carry ids or are two-step items.
       on_invalid: `'raise'` (the default: an episode the table holds only part of is an
         error, and nothing is written) or `'skip'` (write the whole ones, count the rest).
       name: The TFDS dataset name.
@@ -430,7 +548,8 @@ def export_table(
 
     Raises:
       ValueError: If not exactly one of `server` and `checkpoint` is given, or an option
-        is invalid.
+        is invalid (`item` neither a `Sequence` nor an `Episode`, or a `Sequence` whose
+        windows cannot be placed without ids: `end='last'` or `'continue'`).
       ExportError: If the table's items cannot be rebuilt into episodes (says why), an
         `episode_fields` name is not an item field, or (raise mode) the table holds part of
         an episode; nothing is written then.
@@ -447,6 +566,7 @@ def export_table(
     if isinstance(episode_fields, str):
         episode_fields = (episode_fields,)
     episode_fields = tuple(episode_fields)
+    period = None if item is None else find_window_period(item)
     stats = ExportStats()
     with table_copy.open_table_reader(
         table,
@@ -456,6 +576,8 @@ def export_table(
         max_copy_bytes=max_copy_bytes,
     ) as reader:
         kind = detect_export_kind(reader.signature)
+        if kind is ExportKind.WHOLE_EPISODES and period is not None:
+            kind = ExportKind.WINDOWS_IN_ORDER
         stats.kind = kind
         row_spec = _row_spec(reader.signature, kind)
         unknown = [f for f in episode_fields if f not in row_spec or f in _ID_FIELDS]
@@ -474,6 +596,7 @@ def export_table(
         }
         assembler = _Assembler()
         chain = _ChainIds(table)
+        windows = _WindowChain(table, period=period or 1)
         with tfds_writer.RldsDatasetWriter(
             directory,
             features=features,
@@ -512,6 +635,8 @@ def export_table(
                     else:
                         if kind is ExportKind.TWO_STEP_IN_ORDER:
                             rows = chain.add_ids(rows)
+                        elif kind is ExportKind.WINDOWS_IN_ORDER:
+                            rows = windows.add_ids(rows, valid, count)
                         for _, episode_rows in assembler.add(_take(rows, valid)):
                             _write(episode_rows)
                     stats.items += count
