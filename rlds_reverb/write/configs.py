@@ -16,6 +16,30 @@ from reverb import structured_writer as sw
 
 from rlds_reverb.transform import items as items_lib
 
+# Rows every column keeps, so that Reverb's auto-tuned chunker may grow chunks that long.
+# A writer's chunks are at most as long as its columns' history (2 rows for two-step
+# items), and every sample unpacks one chunk per column per row range: with room for 32
+# rows, push ran 25% faster and sampling needed 20% less CPU per sample (HalfCheetah-like
+# two-step items; benchmarks/README.md).
+CHUNK_ROOM_ROWS = 32
+# Columns whose rows are at most this size get constant chunks of `CHUNK_ROOM_ROWS` rows
+# where the writer can set them (`engines.TrajectoryEngine`).
+SMALL_ROW_BYTES = 1024
+
+
+def make_chunk_room_config(structure, table: str, *, rows: int = CHUNK_ROOM_ROWS):
+    """Returns a config that never creates an item but makes every column keep `rows` rows.
+
+    A `StructuredWriter` sizes each column's history (and so the longest chunk its
+    chunker may choose) from its configs' patterns; Reverb 0.14 has no other way to set it.
+    """
+    pattern = sw.pattern_from_transform(
+        structure, lambda ref: tree.map_structure(lambda x: x[-rows:], ref)
+    )
+    # No step has this index, so the config never applies.
+    never = sw.Condition.step_index() == 2**31 - 1
+    return sw.create_config(pattern, table, conditions=[never])
+
 
 def _make_pattern(structure, length: int, *, squeeze: bool):
     """Returns the pattern taking the last `length` rows of every column (or the last row)."""
@@ -82,11 +106,14 @@ def make_window_configs(
             short = _make_pattern(structure, size, squeeze=False)
             rules.append((short, [sw.Condition.is_end_episode(), index == size - 1]))
     fn = sw.constant_priority_fn(float(priority))
-    return [
+    configs = [
         sw.create_config(pattern, table, conditions=conditions, priority=fn)
         for table in tables
         for pattern, conditions in rules
     ]
+    if length < CHUNK_ROOM_ROWS:
+        configs.append(make_chunk_room_config(structure, tables[0]))
+    return configs
 
 
 def make_item_configs(
