@@ -19,8 +19,8 @@ from rlds_reverb.transform import items as items_lib
 # Rows every column keeps, so that Reverb's auto-tuned chunker may grow chunks that long.
 # A writer's chunks are at most as long as its columns' history (2 rows for two-step
 # items), and every sample unpacks one chunk per column per row range: with room for 32
-# rows, push ran 25% faster and sampling needed 20% less CPU per sample (HalfCheetah-like
-# two-step items; benchmarks/README.md).
+# rows, push ran up to 25% faster and sampling needed about 15% less CPU per sample
+# (HalfCheetah-like two-step items; benchmarks/README.md).
 CHUNK_ROOM_ROWS = 32
 # Columns whose rows are at most this size get constant chunks of `CHUNK_ROOM_ROWS` rows
 # where the writer can set them (`engines.TrajectoryEngine`).

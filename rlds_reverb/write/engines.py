@@ -175,7 +175,7 @@ class TrajectoryEngine:
 
         Reverb's auto-tuned chunker keeps small columns in short chunks, and every sample
         unpacks one chunk per column per row range: constant 32-row chunks took a two-step
-        sample from 25 to 17 µs of CPU (benchmarks/README.md). Large rows (images) stay
+        sample from 25 to 18 µs of CPU (benchmarks/README.md). Large rows (images) stay
         auto-tuned, since a sample unpacks its whole chunk.
         """
         self._writer.flush(timeout_ms=self._timeout_ms)  # Reverb configures flushed columns.
