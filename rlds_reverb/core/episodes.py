@@ -126,7 +126,7 @@ def to_episode_tensors(episodes: tf.data.Dataset) -> tf.data.Dataset:
     """
     view = _WHOLE_EPISODE_VIEWS.get(episodes)
     if view is not None:
-        return view.map(lambda e: e[types.STEPS])
+        return view.map(without_autograph(lambda e: e[types.STEPS]))
     return episodes.map(
         without_autograph(lambda episode: batch_steps(episode[types.STEPS])),
         num_parallel_calls=tf.data.AUTOTUNE,

@@ -16,12 +16,17 @@ It serves the default read (no `read_config`, no file shuffling) of TFRecord dat
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import os
-from collections.abc import Callable
+import weakref
+from collections.abc import Callable, Iterator
 
 import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
+from tensorflow.python.lib.io import tf_record
+from tensorflow.python.util import deprecation
 from tensorflow_datasets.core import example_parser
 
 from rlds_reverb.core import types
@@ -30,6 +35,58 @@ from rlds_reverb.core import types
 # from each in turn; 1 shard at a time when the dataset's order is fixed.
 _CYCLE_LENGTH = 16
 _BLOCK_LENGTH = 16
+
+
+@dataclasses.dataclass(frozen=True)
+class RecordSource:
+    """Where the episodes `read_episode_records` returned come from, for bulk readers.
+
+    Fields:
+      file_instructions: (shard path, records to skip, records to take) of the split, in
+        TFDS' order of shards.
+      serialized_steps: The serialized info of the selected step fields.
+    """
+
+    file_instructions: tuple[tuple[str, int, int], ...]
+    serialized_steps: dict
+
+
+# Weak keys: a source is remembered as long as the dataset read from it lives.
+_SOURCES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def find_record_source(episodes: tf.data.Dataset) -> RecordSource | None:
+    """Returns the records `episodes` reads, if `read_episode_records` returned it, or None."""
+    return _SOURCES.get(episodes)
+
+
+def read_serialized_batches(source: RecordSource, *, batch_records: int) -> Iterator[list[bytes]]:
+    """Yields the source's serialized episodes, at most `batch_records` at a time.
+
+    Shard by shard, without `tf.data` (nothing to trace): the episodes come in the order of
+    the shards, not in the interleaved order of the dataset. Each record's checksum is
+    verified as it is read.
+
+    Args:
+      source: The records to read.
+      batch_records: The most records per batch (bounds memory).
+
+    Raises:
+      tf.errors.DataLossError: If a shard is truncated or corrupt.
+      tf.errors.NotFoundError: If a shard is missing.
+    """
+    batch = []
+    for path, skip, take in source.file_instructions:
+        with deprecation.silence():  # tf_record_iterator is TF1's, and warns once.
+            records = tf_record.tf_record_iterator(path)
+        stop = None if take < 0 else skip + take  # A negative take reads to the end.
+        for record in itertools.islice(records, skip, stop):
+            batch.append(record)
+            if len(batch) == batch_records:
+                yield batch
+                batch = []
+    if batch:
+        yield batch
 
 
 def can_read_records(
@@ -102,8 +159,13 @@ def read_episode_records(
         episode = {k: f.decode_example(parsed[k]) for k, f in episode_features.items()}
         return {**episode, types.STEPS: decode_steps(parsed[types.STEPS])}
 
-    return records.map(
+    episodes = records.map(
         tf.autograph.experimental.do_not_convert(_read),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
+    _SOURCES[episodes] = RecordSource(
+        tuple((os.fspath(i.filename), int(i.skip), int(i.take)) for i in instructions),
+        serialized_steps,
+    )
+    return episodes

@@ -4,7 +4,9 @@ The checks run inside `tf.data` maps, one episode at a time, on whole tensors; o
 per-rule masks reach Python. Three entry points share them:
 
 * `validate(episodes, mode=...)` walks the dataset and returns a `ValidationReport`
-  (raising `InvalidEpisodeError` at the first invalid episode in `raise` mode).
+  (raising `InvalidEpisodeError` at the first invalid episode in `raise` mode). A dataset
+  `load` read from TFRecord shards is first checked from its records in bulk
+  (`record_checks`); only one with a problem, or with encoded step fields, is walked.
 * `InGraphCheck` is the lazy, in-graph form the converters use inside their `tf.data`
   maps: `raise` fails the iterator with the same message, `skip` drops invalid episodes
   whole.
@@ -27,6 +29,7 @@ import tree
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import specs, types
 from rlds_reverb.core.errors import InvalidEpisodeError, SpecMismatchError
+from rlds_reverb.data import record_checks, records
 
 # How many step indices a problem lists before it says "and N more".
 _SHOWN_STEPS = 5
@@ -407,6 +410,10 @@ def validate(
     step and only there; `is_terminal` implies `is_last`; the same per-step shapes in every
     episode; finite rewards and discounts; discounts in [0, 1].
 
+    A dataset `rlds_reverb.load` read from TFRecord shards whose step fields are plain
+    tensors is decided from its records in bulk first (`rlds_reverb.data.record_checks`);
+    the dataset is walked episode by episode only when that finds a problem, to name it.
+
     Args:
       episodes: An RLDS dataset (see `rlds_reverb.core.types`).
       on_invalid: `'raise'` (default) stops at the first invalid episode; `'skip'` and
@@ -429,7 +436,16 @@ def validate(
       >>> print(report.format())
     """
     mode = types.parse_on_invalid(on_invalid, mode=mode, function='validate')
-    checker = EpisodeChecker(specs.get_step_spec(episodes))
+    step_spec = specs.get_step_spec(episodes)
+    checker = EpisodeChecker(step_spec)
+    counts = _count_from_records(episodes, step_spec)
+    if counts is not None:
+        return ValidationReport(
+            valid=counts.episodes,
+            terminated=counts.terminated,
+            truncated=counts.episodes - counts.terminated,
+            steps=counts.steps,
+        )
     summaries = episodes_lib.to_episode_tensors(episodes).map(
         episodes_lib.without_autograph(summarize_episode),
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -450,6 +466,20 @@ def validate(
         report.terminated += int(summary.terminal)
         report.truncated += int(not summary.terminal)
     return report
+
+
+def _count_from_records(
+    episodes: tf.data.Dataset, step_spec: dict
+) -> record_checks.EpisodeCounts | None:
+    """Returns the counts of an all-valid dataset `load` read from TFRecord shards, else None.
+
+    Deciding from the records in bulk skips the traced walk (its set-up and one Python step
+    per episode); a dataset with any problem, or whose steps need decoding, is walked.
+    """
+    if not episodes_lib.has_whole_episodes(episodes):
+        return None
+    source = records.find_record_source(episodes_lib.to_whole_episodes(episodes))
+    return None if source is None else record_checks.count_valid_episodes(source, step_spec)
 
 
 def _format_problems_in_graph(
