@@ -60,11 +60,12 @@ def _record_key(path: tuple) -> str:
 def _plan_checks(serialized_steps: dict, step_spec: dict) -> _Plan | None:
     """Returns the plan, or None unless every step field parses straight to its tensor."""
     flat_specs = example_parser.ExampleParser({types.STEPS: serialized_steps}).flat_feature_specs
+    decoded_specs = dict(tree.flatten_with_path(step_spec))
     ragged_specs, step_sizes = {}, {}
     for path, info in tree.flatten_with_path(serialized_steps):
         key = _record_key(path)
         parse_spec = flat_specs.get(key)
-        decoded = _get_path(step_spec, path)
+        decoded = decoded_specs.get(path)
         shape = tf.TensorShape(info.shape)
         if (
             not isinstance(parse_spec, tf.io.FixedLenSequenceFeature)
@@ -93,15 +94,6 @@ def _plan_checks(serialized_steps: dict, step_spec: dict) -> _Plan | None:
     if not all(f in ragged_specs for f in flags):
         return None
     return _Plan(ragged_specs, step_sizes, flags, tuple(finite), tuple(unit_range))
-
-
-def _get_path(nest, path: tuple):
-    """Returns the element of `nest` at `path`, or None."""
-    for key in path:
-        if not isinstance(nest, dict) or key not in nest:
-            return None
-        nest = nest[key]
-    return nest
 
 
 def _count_batch(serialized: list[bytes], plan: _Plan) -> EpisodeCounts | None:
