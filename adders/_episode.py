@@ -145,14 +145,14 @@ def map_episodes(
     Several episodes per call amortize TF's per-op cost over more steps. Our functions
     have no Python control flow on tensors, so autograph (slow to trace) is off unless
     asked for, as it must be around user code such as a value function (then only what
-    `fn` calls unmarked is converted: mark the toolkit's own functions `do_not_convert`).
+    `fn` calls unmarked is converted: mark the toolkit's own functions with
+    `episodes.without_autograph`).
     """
-    if not autograph:
-        fn = tf.autograph.experimental.do_not_convert(fn)
-    maybe_convert = (lambda f: f) if autograph else tf.autograph.experimental.do_not_convert
-    get_bounds = tf.autograph.experimental.do_not_convert(episode_bounds)
-    get_split_bounds = tf.autograph.experimental.do_not_convert(bounds_from_splits)
-    flatten = tf.autograph.experimental.do_not_convert(_flatten_episodes)
+    # Unconverted, the whole traced function (fn included) is left as written.
+    maybe_convert = (lambda f: f) if autograph else episodes.without_autograph
+    get_bounds = episodes.without_autograph(episode_bounds)
+    get_split_bounds = episodes.without_autograph(bounds_from_splits)
+    flatten = episodes.without_autograph(_flatten_episodes)
     rlds = is_rlds(dataset)
     if rlds:
         dataset = episodes.to_whole_episodes(dataset)
@@ -184,7 +184,7 @@ def map_episodes(
         # Unbatched ragged leaves have rank-0 ragged specs; a map turns them into tensors.
         dataset = dataset.unbatch()
         if not rlds:
-            dataset = dataset.map(lambda element: element)
+            dataset = dataset.map(episodes.without_autograph(lambda element: element))
     # RLDS out, its tensor form remembered: a next adder or push skips the nested steps.
     return episodes.from_whole_episodes(dataset) if rlds else dataset
 

@@ -29,6 +29,7 @@ from tensorflow.python.lib.io import tf_record
 from tensorflow.python.util import deprecation
 from tensorflow_datasets.core import example_parser
 
+from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import types
 
 # TFDS' default interleave of shards (`tfds.ReadConfig`): 16 shards at a time, 16 records
@@ -160,7 +161,7 @@ def read_episode_records(
         return {**episode, types.STEPS: decode_steps(parsed[types.STEPS])}
 
     episodes = records.map(
-        tf.autograph.experimental.do_not_convert(_read),
+        episodes_lib.without_autograph(_read),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
