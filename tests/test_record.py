@@ -1,20 +1,29 @@
 """Record: a TF-Agents driver -> RldsRecorder -> rlds_reverb.load -> validate, n-step checked.
 
-Real CartPole environments (TF-Agents' suite_gym, with its TimeLimit), real PyDrivers and
-policies; the n-step transitions of the recorded data are compared with those computed
-here, in NumPy, from the trajectories the driver emitted.
+Real CartPole environments (TF-Agents' suite_gym), real PyDrivers and policies; the n-step
+transitions of the recorded data are compared with those computed here, in NumPy, from the
+trajectories the driver emitted. Time limits are tested at CartPole-v1's own (500 steps),
+imposed by gym's `TimeLimit`, by TF-Agents' `TimeLimit` and by both stacked.
 """
 
 from __future__ import annotations
 
+import gym
 import numpy as np
 import pytest
 import tree
 from tf_agents.drivers import py_driver
-from tf_agents.environments import batched_py_environment, suite_gym
+from tf_agents.environments import (
+    batched_py_environment,
+    gym_wrapper,
+    random_py_environment,
+    suite_gym,
+    wrappers,
+)
 from tf_agents.policies import random_py_policy
 
 import adders
+from rlds_reverb import cli
 from rlds_reverb.core import types
 from rlds_reverb.core.errors import SourceNotFoundError
 from rlds_reverb.data.loading import load
@@ -180,6 +189,8 @@ def test_record_episodes_refuses_bad_options(tmp_path):
         )
     with pytest.raises(ValueError, match="policy='greedy' is not valid"):
         collect.record_episodes(tmp_path / 'out', num_episodes=1, policy='greedy')
+    with pytest.raises(ValueError, match='max_episode_steps=0 is not valid; expected an int'):
+        collect.record_episodes(tmp_path / 'out', num_episodes=1, max_episode_steps=0)
 
 
 def test_an_empty_dataset_is_refused_and_a_closed_writer_too(tmp_path):
@@ -193,3 +204,183 @@ def test_an_empty_dataset_is_refused_and_a_closed_writer_too(tmp_path):
     assert not (tmp_path / 'toy' / '1.0.0').exists()
     with pytest.raises(RuntimeError, match='is closed'):
         writer.add_episode({types.STEPS: builders.episode(2)})
+
+
+# --- Time limits: truncations, whichever wrapper imposed them -------------------------------
+
+CARTPOLE_LIMIT = 500  # CartPole-v1's own time limit (gym's registry).
+
+
+def read_endings(directory) -> list[tuple[int, bool, float]]:
+    """Each recorded episode's (transitions, is_terminal, discount into o_L), validated."""
+    episodes = load(directory)
+    report = validate(episodes, on_invalid='report')
+    assert report.ok, report.format()
+    endings = []
+    for steps in builders.read_episodes(episodes):
+        length = len(steps[types.IS_LAST]) - 1
+        assert steps[types.IS_LAST].tolist() == [False] * length + [True]
+        assert not steps[types.IS_TERMINAL][:-1].any()
+        # The last step repeats the discount of the transition into o_L (§11).
+        assert steps[types.DISCOUNT][-1] == steps[types.DISCOUNT][-2]
+        endings.append(
+            (length, bool(steps[types.IS_TERMINAL][-1]), float(steps[types.DISCOUNT][-1]))
+        )
+    return endings
+
+
+def time_limits(env) -> tuple[int | None, int | None]:
+    """(gym's TimeLimit, TF-Agents' TimeLimit) of `env`, None where absent."""
+    tf_agents_limit, inner = None, env
+    while not isinstance(inner, gym_wrapper.GymWrapper):
+        if isinstance(inner, wrappers.TimeLimit):
+            tf_agents_limit = inner.duration
+        inner = inner.wrapped_env()
+    gym_limit, gym_env = None, inner.gym
+    while isinstance(gym_env, gym.Wrapper):
+        if isinstance(gym_env, gym.wrappers.TimeLimit):
+            gym_limit = gym_env._max_episode_steps
+        gym_env = gym_env.env
+    return gym_limit, tf_agents_limit
+
+
+def cartpole_without_gyms_limit() -> gym.Env:
+    return gym.make('CartPole-v1').env  # gym.make's outermost wrapper is its TimeLimit.
+
+
+TRUNCATE = [collect.GymTimeLimitTruncation]
+# name: (environment, (gym's limit, TF-Agents' limit), the limit that fires, its discount)
+WRAPPINGS = {
+    'gym TimeLimit only': (
+        lambda: suite_gym.load('CartPole-v1', max_episode_steps=0, env_wrappers=TRUNCATE),
+        (CARTPOLE_LIMIT, None),
+        CARTPOLE_LIMIT,
+        1.0,
+    ),
+    'gym TimeLimit only, discount 0.9': (
+        lambda: suite_gym.wrap_env(
+            gym.wrappers.TimeLimit(cartpole_without_gyms_limit(), 100),
+            discount=0.9,
+            env_wrappers=TRUNCATE,
+        ),
+        (100, None),
+        100,
+        np.float32(0.9),
+    ),
+    "TF-Agents' TimeLimit only": (
+        lambda: suite_gym.wrap_env(
+            cartpole_without_gyms_limit(), max_episode_steps=100, env_wrappers=TRUNCATE
+        ),
+        (None, 100),
+        100,
+        1.0,
+    ),
+    'both at 500 (suite_gym.load default)': (
+        lambda: suite_gym.load('CartPole-v1', env_wrappers=TRUNCATE),
+        (CARTPOLE_LIMIT, CARTPOLE_LIMIT),
+        CARTPOLE_LIMIT,
+        1.0,
+    ),
+    "both, TF-Agents' fires": (
+        lambda: suite_gym.load('CartPole-v1', max_episode_steps=120, env_wrappers=TRUNCATE),
+        (CARTPOLE_LIMIT, 120),
+        120,
+        1.0,
+    ),
+    "both, gym's fires": (
+        lambda: suite_gym.load('CartPole-v1', max_episode_steps=600, env_wrappers=TRUNCATE),
+        (CARTPOLE_LIMIT, 600),
+        CARTPOLE_LIMIT,
+        1.0,
+    ),
+    'collect.load_gym_env': (
+        lambda: collect.load_gym_env('CartPole-v1'),
+        (None, CARTPOLE_LIMIT),
+        CARTPOLE_LIMIT,
+        1.0,
+    ),
+}
+
+
+@pytest.mark.parametrize('wrapping', list(WRAPPINGS))
+def test_a_time_limit_is_a_truncation_whichever_wrapper_imposed_it(tmp_path, wrapping):
+    make_env, limits, limit, discount = WRAPPINGS[wrapping]
+    env = make_env()
+    assert time_limits(env) == limits
+    env.seed(0)
+    scripted = collect.ScriptedCartPolePolicy(env.time_step_spec(), env.action_spec())
+    noisy = random_py_policy.RandomPyPolicy(
+        env.time_step_spec(), env.action_spec(), seed=0, info_spec=scripted.info_spec
+    )
+    with recorder.RldsRecorder(tmp_path / 'out', scripted.trajectory_spec) as rec:
+        for policy in (scripted, noisy, noisy):
+            py_driver.PyDriver(env, policy, [rec], max_episodes=1).run(env.reset())
+    assert (rec.stats.terminated, rec.stats.truncated) == (2, 1)
+    truncated, *terminated = read_endings(tmp_path / 'out')
+    assert truncated == (limit, False, discount)  # The scripted controller keeps the pole up.
+    assert [(is_terminal, d) for _, is_terminal, d in terminated] == [(True, 0.0)] * 2
+    assert all(length < limit for length, _, _ in terminated)
+
+
+@pytest.mark.parametrize('which', ['gym', 'tf_agents'])
+def test_a_fall_on_the_limit_step_is_a_termination(tmp_path, which):
+    def record(limit: int | None, name: str) -> list:
+        base = cartpole_without_gyms_limit()
+        if which == 'gym' and limit is not None:
+            env = suite_gym.wrap_env(gym.wrappers.TimeLimit(base, limit), env_wrappers=TRUNCATE)
+        else:
+            env = suite_gym.wrap_env(base, max_episode_steps=limit, env_wrappers=TRUNCATE)
+        env.seed(5)
+        policy = random_py_policy.RandomPyPolicy(env.time_step_spec(), env.action_spec(), seed=5)
+        run_driver(env, policy, tmp_path / name, max_episodes=1)
+        return read_endings(tmp_path / name)
+
+    ((fall, is_terminal, _),) = record(None, 'free')  # Falls by itself after `fall` steps.
+    assert is_terminal
+    assert record(fall, 'at') == [(fall, True, 0.0)]
+    assert record(fall - 1, 'before') == [(fall - 1, False, 1.0)]
+
+
+def test_the_truncation_wrapper_refuses_an_environment_without_gym():
+    env = random_py_environment.RandomPyEnvironment(
+        suite_gym.load('CartPole-v1').observation_spec(),
+        suite_gym.load('CartPole-v1').action_spec(),
+    )
+    with pytest.raises(
+        TypeError, match=r'TimeLimit wraps no TF-Agents GymWrapper \(found RandomPyEnvironment\)'
+    ):
+        collect.GymTimeLimitTruncation(wrappers.TimeLimit(env, 10))
+    with pytest.raises(TypeError, match='wraps no TF-Agents GymWrapper'):
+        collect.find_gym_wrapper(env)
+
+
+@pytest.mark.parametrize('max_episode_steps', [None, 40, 600])
+def test_record_episodes_truncates_at_the_time_limit(tmp_path, max_episode_steps):
+    """Scripted episodes reach the limit: CartPole-v1's own 500, or one below or above it."""
+    stats = collect.record_episodes(
+        tmp_path / 'out', num_episodes=2, policy='scripted', max_episode_steps=max_episode_steps
+    )
+    limit = max_episode_steps or CARTPOLE_LIMIT
+    assert (stats.terminated, stats.truncated, stats.steps) == (0, 2, 2 * (limit + 1))
+    assert read_endings(tmp_path / 'out') == [(limit, False, 1.0)] * 2
+    falls = collect.record_episodes(tmp_path / 'random', num_episodes=3, policy='random')
+    assert (falls.terminated, falls.truncated) == (3, 0)
+    assert all(
+        is_terminal and d == 0.0 and n < CARTPOLE_LIMIT
+        for n, is_terminal, d in read_endings(tmp_path / 'random')
+    )
+
+
+def test_the_record_command_reports_and_writes_truncations(tmp_path, run_cli):
+    out = tmp_path / 'rec' / '1.0.0'
+    code, printed, _ = run_cli(
+        'record', '--episodes', 2, '--policy', 'scripted', '--no-progress', out
+    )
+    assert code == 0
+    assert '(1002 steps: 0 terminated, 2 truncated) of CartPole-v1' in printed
+    assert read_endings(out) == [(CARTPOLE_LIMIT, False, 1.0)] * 2
+    code, _, err = run_cli('record', '--episodes', 1, '--max-episode-steps', 0, tmp_path / 'x')
+    assert (
+        code == cli.EXIT_ERROR
+        and 'error: --max-episode-steps=0 is not valid; expected an int' in err
+    )

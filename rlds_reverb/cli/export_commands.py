@@ -61,6 +61,8 @@ def _record(args: argparse.Namespace) -> int:
     from rlds_reverb.export import collect
 
     checks.check_int_at_least(args.episodes, 1, argument='--episodes')
+    if args.max_episode_steps is not None:
+        checks.check_int_at_least(args.max_episode_steps, 1, argument='--max-episode-steps')
     bar = common.ProgressBar(disable=args.no_progress, total=args.episodes, unit=' episodes')
     seen = [0]
 
@@ -141,7 +143,9 @@ def add_record_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument('--episodes', type=int, required=True, help='episodes to record')
     parser.add_argument('--policy', default='random', choices=['random', 'scripted'])
     parser.add_argument('--seed', type=int, default=0)
-    parser.add_argument('--max-episode-steps', type=int, default=None, help='time limit')
+    parser.add_argument(
+        '--max-episode-steps', type=int, default=None, help="time limit (default: the env's own)"
+    )
     parser.add_argument('--no-progress', action='store_true', help='hide the progress bar')
     parser.set_defaults(handler=_record)
     return parser

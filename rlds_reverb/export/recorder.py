@@ -11,6 +11,10 @@ envlogger does for dm_env (docs/semantics.md §11):
   time step: 0 on termination, 1 (the environment's) on truncation;
 * `is_terminal` is set on the last step of a terminated episode only (the LAST time step's
   discount is 0); a truncated episode (a time limit) has `is_last` without `is_terminal`;
+  the recorder sees only trajectories, so a time limit must end with the environment's
+  discount: TF-Agents' `TimeLimit` does, gym's (which `suite_gym.load` keeps) does not
+  unless the environment is wrapped in `collect.GymTimeLimitTruncation` (or loaded with
+  `collect.load_gym_env`);
 * batched environments (`[B, ...]` trajectories) are kept apart: one episode per
   environment, each written when it ends.
 
@@ -96,7 +100,14 @@ def make_step_specs(trajectory_spec) -> dict:
 class RldsRecorder:
     """A TF-Agents observer writing the episodes a driver collects as an RLDS TFDS dataset.
 
+    An episode whose LAST time step has discount 0 is recorded as terminated, any other as
+    truncated. Gym's own `TimeLimit`, which `suite_gym.load` keeps, ends episodes with
+    discount 0; wrap such environments so that its end is a truncation:
+    `suite_gym.load(name, env_wrappers=[collect.GymTimeLimitTruncation])`, or load them
+    with `collect.load_gym_env(name)` (`rlds_reverb.export.collect`).
+
     Example:
+      >>> env = suite_gym.load('CartPole-v1', env_wrappers=[GymTimeLimitTruncation])
       >>> with RldsRecorder('/data/cartpole_rlds/1.0.0', policy.trajectory_spec) as recorder:
       ...     PyDriver(env, policy, observers=[recorder], max_episodes=10).run(env.reset())
       >>> rlds_reverb.load('/data/cartpole_rlds/1.0.0')
