@@ -368,7 +368,7 @@ def test_exports_temporary_server_stops_when_the_reader_is_left_by_an_error(
         for _ in reader.iterate_parts():
             assert len(ports.list_listening_ports() - before) == 1
             raise KeyboardInterrupt
-    # The traceback (held by `caught`) keeps the generator alive; its server is stopped.
+    # Stopped when the reader's context exits, whoever still holds the parts' generator.
     assert caught.traceback and ports.list_listening_ports() == before
 
 
