@@ -10,7 +10,9 @@ from __future__ import annotations
 import json
 import os
 import pickle
+import shutil
 import signal
+import socket
 import stat
 import tempfile
 
@@ -36,11 +38,11 @@ def permissive_umask():
     os.umask(previous)
 
 
-def _mode(path) -> int:
+def _read_mode(path) -> int:
     return stat.S_IMODE(os.stat(path).st_mode)
 
 
-def _world_writable(root) -> list[str]:
+def _list_world_writable(root) -> list[str]:
     """Returns every entry under `root` (itself included) with the world-write bit."""
     entries = [str(root)]
     for parent, dirs, names in os.walk(root):
@@ -73,7 +75,7 @@ def test_serve_says_once_the_port_is_open_and_stops_its_server_on_an_error(inval
     assert out == ''
 
 
-def _local_addresses(port: int) -> set[str]:
+def _list_local_addresses(port: int) -> set[str]:
     """Returns the local addresses (hex, as /proc shows them) listening on `port`."""
     found = set()
     for table in ('/proc/net/tcp', '/proc/net/tcp6'):
@@ -87,16 +89,25 @@ def _local_addresses(port: int) -> set[str]:
     return found
 
 
-def test_a_reverb_server_listens_on_every_interface(cartpole_dir):
+def _find_outgoing_ipv4() -> str | None:
+    """Returns this host's address on its default route (no packet is sent), if any."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(('192.0.2.1', 9))  # TEST-NET-1: only picks the route.
+        except OSError:
+            return None
+        return probe.getsockname()[0]
+
+
+def test_a_reverb_server_listens_on_every_interface():
     """The fact README's Security section states: `*:PORT` in `ss -ltn`, IPv6 and IPv4."""
     running = reverb.Server([tables.uniform('replay', max_size=10)], port=None)
     try:
-        assert _local_addresses(running.port) == {'0' * 32}  # [::], dual-stack.
-        # An IPv4 connection to a non-loopback address of this host is accepted.
-        import socket
-
-        with socket.socket() as probe:
-            probe.connect((socket.gethostbyname(socket.gethostname()), running.port))
+        assert _list_local_addresses(running.port) == {'0' * 32}  # [::], dual-stack.
+        address = _find_outgoing_ipv4()
+        if address is not None:  # Reached on the host's network address too, not only lo.
+            with socket.socket() as connection:
+                connection.connect((address, running.port))
     finally:
         running.stop()
     assert running.port not in ports.list_listening_ports()
@@ -121,7 +132,7 @@ def test_serve_program_prints_the_notice_once_and_frees_its_port_on_sigint(
         process.wait(timeout=30)
     assert process.returncode == 0 and 'Stopped.' in out
     assert err.count('without authentication') == 1
-    assert not _local_addresses(port)
+    assert not _list_local_addresses(port)
 
 
 # --- What the toolkit controls, it keeps private ---------------------------------------------
@@ -130,13 +141,13 @@ def test_serve_program_prints_the_notice_once_and_frees_its_port_on_sigint(
 def test_make_private_dirs_creates_each_missing_directory_0700(tmp_path, permissive_umask):
     (tmp_path / 'user').mkdir(mode=0o755)
     made = files.make_private_dirs(tmp_path / 'user' / 'a' / 'b')
-    assert _mode(tmp_path / 'user') == 0o755  # The user's own: left alone.
-    assert _mode(tmp_path / 'user' / 'a') == 0o700 and _mode(made) == 0o700
+    assert _read_mode(tmp_path / 'user') == 0o755  # The user's own: left alone.
+    assert _read_mode(tmp_path / 'user' / 'a') == 0o700 and _read_mode(made) == 0o700
     with pytest.raises(NotADirectoryError, match='is not a directory'):
-        files.make_private_dirs(_file(tmp_path))
+        files.make_private_dirs(_make_file(tmp_path))
 
 
-def _file(tmp_path):
+def _make_file(tmp_path):
     path = tmp_path / 'a_file'
     path.write_text('')
     return path
@@ -144,9 +155,9 @@ def _file(tmp_path):
 
 def test_make_shared_dirs_is_never_world_writable(tmp_path, permissive_umask):
     made = files.make_shared_dirs(tmp_path / 'a' / 'b')
-    assert _mode(made) == 0o775 and _mode(tmp_path / 'a') == 0o775
+    assert _read_mode(made) == 0o775 and _read_mode(tmp_path / 'a') == 0o775
     with pytest.raises(NotADirectoryError, match='is not a directory'):
-        files.make_shared_dirs(_file(tmp_path))
+        files.make_shared_dirs(_make_file(tmp_path))
 
 
 def test_checkpoint_dirs_the_toolkit_creates_are_private(
@@ -155,9 +166,9 @@ def test_checkpoint_dirs_the_toolkit_creates_are_private(
     directory = tmp_path / 'new' / 'ckpt'
     result = seed.seed_server(cartpole_episodes.take(2), checkpoint_dir=directory)
     result.server.stop()
-    assert _mode(tmp_path / 'new') == 0o700 and _mode(directory) == 0o700
+    assert _read_mode(tmp_path / 'new') == 0o700 and _read_mode(directory) == 0o700
     assert os.listdir(directory)  # Reverb's checkpoint, written under umask 0...
-    assert _world_writable(directory) == []  # ...and not world-writable.
+    assert _list_world_writable(directory) == []  # ...and not world-writable.
 
 
 def test_an_existing_checkpoint_dir_keeps_its_mode(cartpole_episodes, tmp_path, permissive_umask):
@@ -168,8 +179,8 @@ def test_an_existing_checkpoint_dir_keeps_its_mode(cartpole_episodes, tmp_path, 
         path = checkpoints.checkpoint_server(reverb.Client(f'localhost:{running.port}'))
     finally:
         running.stop()
-    assert _mode(directory) == 0o750
-    assert _world_writable(path) == []
+    assert _read_mode(directory) == 0o750
+    assert _list_world_writable(path) == []
 
 
 def test_dataset_writer_stages_privately_and_writes_nothing_world_writable(
@@ -181,9 +192,11 @@ def test_dataset_writer_stages_privately_and_writes_nothing_world_writable(
     ) as writer:
         writer.add_episode({types.STEPS: builders.episode(3)})
         (staging,) = target.parent.glob('.1.0.0*')
-        assert _mode(staging) == 0o700
-    assert _mode(target) == 0o775 and _mode(tmp_path / 'data') == 0o775  # The umask's, -o+w.
-    assert _world_writable(tmp_path / 'data') == []
+        assert _read_mode(staging) == 0o700
+    assert (
+        _read_mode(target) == 0o775 and _read_mode(tmp_path / 'data') == 0o775
+    )  # The umask's, -o+w.
+    assert _list_world_writable(tmp_path / 'data') == []
     assert sum(1 for _ in loading.load(target)) == 1
 
 
@@ -193,7 +206,7 @@ def test_record_writes_nothing_world_writable(tmp_path, run_cli, permissive_umas
     )
     assert code == 0, err
     assert os.listdir(tmp_path / 'rec' / '1.0.0')
-    assert _world_writable(tmp_path) == []
+    assert _list_world_writable(tmp_path) == []
 
 
 def test_export_copies_in_a_private_temp_dir_and_writes_nothing_world_writable(
@@ -208,11 +221,11 @@ def test_export_copies_in_a_private_temp_dir_and_writes_nothing_world_writable(
     result.server.stop()
     with table_copy.open_table_reader('replay', checkpoint=tmp_path / 'ckpt') as reader:
         (root,) = (tmp_path / 'tmp').glob('rlds_reverb_export_*')
-        assert _mode(root) == 0o700 and _world_writable(root) == []
+        assert _read_mode(root) == 0o700 and _list_world_writable(root) == []
         assert reader.num_items == 2
     assert not root.exists()
     reverb_export.export_table(tmp_path / 'out' / '1.0.0', 'replay', checkpoint=tmp_path / 'ckpt')
-    assert _world_writable(tmp_path) == []
+    assert _list_world_writable(tmp_path) == []
 
 
 @pytest.mark.slow  # Generates the demo's 250 CartPole episodes: about 10-20 s.
@@ -221,9 +234,9 @@ def test_the_demo_cache_is_private(tmp_path, monkeypatch, permissive_umask):
     monkeypatch.delenv(cartpole.DATA_DIR_ENV, raising=False)
     path = cartpole.ensure_default_dataset()
     assert path.is_relative_to(tmp_path / '.cache' / 'rlds_reverb')
-    assert _mode(tmp_path / '.cache') == 0o700
-    assert _mode(tmp_path / '.cache' / 'rlds_reverb') == 0o700
-    assert _world_writable(tmp_path / '.cache') == []
+    assert _read_mode(tmp_path / '.cache') == 0o700
+    assert _read_mode(tmp_path / '.cache' / 'rlds_reverb') == 0o700
+    assert _list_world_writable(tmp_path / '.cache') == []
 
 
 def test_the_cli_never_writes_world_writable_files_and_restores_the_umask(
@@ -243,7 +256,7 @@ def test_the_cli_never_writes_world_writable_files_and_restores_the_umask(
     finally:
         running.stop()
     assert os.listdir(tmp_path / 'ckpt')
-    assert _world_writable(tmp_path) == []  # Reverb's checkpoints, under the command's umask.
+    assert _list_world_writable(tmp_path) == []  # Reverb's checkpoints, under the command's umask.
     assert files.read_umask() == 0  # The caller's umask is back.
 
 
@@ -261,8 +274,6 @@ class _Payload:
 
 
 def _copy_dataset(source, destination):
-    import shutil
-
     shutil.copytree(source, destination)
     return destination
 
@@ -372,7 +383,7 @@ def test_exports_temporary_server_stops_when_the_reader_is_left_by_an_error(
     assert caught.traceback and ports.list_listening_ports() == before
 
 
-def test_run_cli_fails_when_a_program_leaves_a_process_behind(run_cli, subprocess_env):
+def test_run_cli_fails_when_a_program_leaves_a_process_behind(subprocess_env):
     from tests import conftest
 
     orphan = [

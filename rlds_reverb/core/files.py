@@ -92,7 +92,7 @@ def read_umask() -> int:
     return umask
 
 
-def make_shared_mode(mode: int = _SHARED_DIR_MODE) -> int:
+def compute_shared_mode(mode: int = _SHARED_DIR_MODE) -> int:
     """Returns `mode` minus the umask and the world-write bit (for chmod, which ignores it)."""
     return mode & ~read_umask() & ~stat.S_IWOTH
 

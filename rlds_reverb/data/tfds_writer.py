@@ -349,7 +349,7 @@ class RldsDatasetWriter:
             info.write_to_directory(self._staging)
             # The staging dir is 0700; the dataset follows the umask, never world-writable.
             files.remove_world_write(self._staging)
-            os.chmod(self._staging, files.make_shared_mode())
+            os.chmod(self._staging, files.compute_shared_mode())
             if self.target.exists():
                 shutil.rmtree(self.target)
             os.replace(self._staging, self.target)
