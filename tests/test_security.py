@@ -228,6 +228,24 @@ def test_export_copies_in_a_private_temp_dir_and_writes_nothing_world_writable(
     assert _list_world_writable(tmp_path) == []
 
 
+@pytest.mark.slow  # A Beam pipeline: about 15 s.
+def test_the_beam_pipelines_default_result_dir_is_private(
+    cartpole_dir, tmp_path, monkeypatch, permissive_umask
+):
+    from rlds_reverb.distribute import pipeline
+
+    monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))
+    signature = tables.signature_for(items.TwoStep(), loading.load(cartpole_dir))
+    running = server.start_server([tables.uniform('replay', max_size=10**5, signature=signature)])
+    try:
+        result = pipeline.push_with_beam(cartpole_dir, [f'localhost:{running.port}'], 'replay')
+    finally:
+        running.stop()
+    assert result.servers[0].inserted > 0
+    (result_dir,) = tmp_path.glob('rlds_reverb_beam_*')
+    assert _read_mode(result_dir) == 0o700
+
+
 @pytest.mark.slow  # Generates the demo's 250 CartPole episodes: about 10-20 s.
 def test_the_demo_cache_is_private(tmp_path, monkeypatch, permissive_umask):
     monkeypatch.setenv('HOME', str(tmp_path))
