@@ -384,6 +384,17 @@ def test_seed_server_stops_its_server_when_seeding_fails_or_is_interrupted(
     assert ports.list_listening_ports() == before
 
 
+def test_the_demos_servers_stop_when_seeding_one_of_them_fails(invalid_dir):
+    from rlds_reverb.examples import demo
+
+    before = ports.list_listening_ports()
+    config = demo.make_config(quick=True, seed=0)
+    # Shard 0 (the valid episode) seeds server 0; shard 1 (the invalid one) fails.
+    with pytest.raises(errors.InvalidEpisodeError):
+        demo.seed_tables(loading.load(invalid_dir), config, num_steps=100, num_servers=2)
+    assert ports.list_listening_ports() == before
+
+
 def test_exports_temporary_server_stops_when_the_reader_is_left_by_an_error(
     cartpole_episodes, tmp_path
 ):

@@ -127,6 +127,7 @@ def seed_tables(
 
     Raises:
       ValueError: If `num_servers` < 1.
+      Anything `seed_server` raises, after stopping the servers started so far.
 
     Example:
       >>> servers, addresses, signature, counts = seed_tables(episodes, config,
