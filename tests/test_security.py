@@ -384,6 +384,7 @@ def test_seed_server_stops_its_server_when_seeding_fails_or_is_interrupted(
     assert ports.list_listening_ports() == before
 
 
+@pytest.mark.slow  # Imports the demo (TF-Agents) and seeds: about 15 s.
 def test_the_demos_servers_stop_when_seeding_one_of_them_fails(invalid_dir):
     from rlds_reverb.examples import demo
 
