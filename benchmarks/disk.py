@@ -38,7 +38,7 @@ import adders
 import rlds_reverb
 from rlds_reverb import items
 from rlds_reverb.core import episodes as episodes_lib
-from rlds_reverb.core import types
+from rlds_reverb.core import files, types
 from rlds_reverb.data import synthetic, tfds_writer
 from rlds_reverb.serve import tables
 
@@ -103,6 +103,16 @@ def _write_image_dataset(data_dir: pathlib.Path, name: str) -> pathlib.Path:
         disable_shuffling=True,
     )
     return data_dir / name / '1.0.0'
+
+
+def _make_default_data_dir() -> pathlib.Path:
+    """Returns this user's private cache in the temp dir (datasets there are reused as is)."""
+    path = files.make_private_dirs(
+        pathlib.Path(tempfile.gettempdir()) / f'rlds_reverb_bench_{os.getuid()}'
+    )
+    if path.stat().st_uid != os.getuid():  # Someone else's datasets would be benchmarked.
+        raise SystemExit(f'{path} belongs to another user; pass --data-dir.')
+    return path
 
 
 def write_dataset(data_dir: pathlib.Path, name: str) -> pathlib.Path:
@@ -302,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.probe_rss:
         _probe_rss(args.probe_rss[0], int(args.probe_rss[1]))
         return 0
-    data_dir = args.data_dir or pathlib.Path(tempfile.gettempdir()) / 'rlds_reverb_bench'
+    data_dir = args.data_dir or _make_default_data_dir()
     directories = {name: write_dataset(data_dir, name) for name in args.layouts}
     for name, directory in directories.items():
         run_layout(directory, name, push_rounds=args.push_rounds)

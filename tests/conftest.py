@@ -3,7 +3,8 @@
 * `cartpole_dir`, `cartpole_episodes`: a small CartPole RLDS dataset, written once.
 * `reverb_server`, `reverb_client`: one in-process Reverb server with a FIFO-read table per
   case item (`tests/reverb_tables.py`), and a client of it with every table emptied.
-* `run_cli`: runs the `rlds-reverb` command line in-process or as a program.
+* `run_cli`: runs the `rlds-reverb` command line in-process or as a program, and checks
+  that the command left no listening port (in-process) and no process (as a program).
 * `subprocess_env`: the environment for Python subprocesses of the tests.
 """
 
@@ -14,8 +15,10 @@ import os
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 import pathlib  # noqa: E402
+import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
+import tempfile  # noqa: E402
 
 import pytest  # noqa: E402
 import reverb  # noqa: E402
@@ -24,7 +27,7 @@ import tensorflow as tf  # noqa: E402
 from rlds_reverb import cli  # noqa: E402
 from rlds_reverb.data import cartpole  # noqa: E402
 from rlds_reverb.data.loading import load  # noqa: E402
-from tests import reverb_tables  # noqa: E402
+from tests import ports, reverb_tables  # noqa: E402
 
 # 12 episodes of seed 0: 4 truncated at 500 steps, 8 terminated (returns 19 to 250).
 CARTPOLE_ARGS = {'num_episodes': 12, 'seed': 0, 'episodes_per_shard': 5}
@@ -85,13 +88,20 @@ class CliRunner:
 
         In-process (the default) exceptions propagate (as with `--debug`), and the output is
         what this command printed. `subprocess=True` runs a real program (bounded by
-        `timeout` seconds) in `env` (default: `subprocess_env`).
+        `timeout` seconds) in `env` (default: `subprocess_env`). Either way the command
+        must leave nothing running: no new listening port in this process, no process of
+        the program's session (its workers included).
         """
         if subprocess:
             result = _run(self.command(*args), timeout=timeout, env=env or self._env)
             return result.returncode, result.stdout, result.stderr
         self._capsys.readouterr()  # Output printed before this command is not its output.
-        code = cli.main([str(arg) for arg in args])
+        listening = ports.list_listening_ports()
+        try:
+            code = cli.main([str(arg) for arg in args])
+        finally:
+            left = ports.list_listening_ports() - listening
+            assert not left, f'rlds-reverb {" ".join(map(str, args))} left ports {left} open.'
         captured = self._capsys.readouterr()
         return code, captured.out, captured.err
 
@@ -105,9 +115,25 @@ class CliRunner:
 
 
 def _run(command: list[str], *, timeout: float, env: dict[str, str]):
-    return subprocess.run(
-        command, capture_output=True, text=True, timeout=timeout, env=env, check=False
-    )
+    """Runs `command` in its own session; fails if any process of that session outlives it.
+
+    The output goes to files, not pipes: a process left behind would hold a pipe open.
+    """
+    with tempfile.TemporaryFile('w+') as out, tempfile.TemporaryFile('w+') as err:
+        process = subprocess.Popen(
+            command, stdout=out, stderr=err, text=True, env=env, start_new_session=True
+        )
+        try:
+            process.wait(timeout=timeout)
+        finally:
+            left = ports.list_session_processes(process.pid)
+            for pid in left:
+                os.kill(pid, signal.SIGKILL)
+            process.wait()
+        assert not left, f'{" ".join(command)} left processes {left} running.'
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(command, process.returncode, out.read(), err.read())
 
 
 @pytest.fixture

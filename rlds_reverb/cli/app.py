@@ -16,6 +16,7 @@ import contextlib
 import io
 import logging
 import os
+import stat
 import sys
 from collections.abc import Sequence
 
@@ -94,6 +95,9 @@ def _exit_code(error: BaseException) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Runs one command; returns the exit code. Leaves process-wide logging alone.
 
+    While the command runs, the umask keeps every file it writes (Reverb's checkpoints
+    included) from being world-writable; the caller's umask is back when it returns.
+
     Args:
       argv: The arguments (without the program name); `sys.argv[1:]` when None.
 
@@ -103,7 +107,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     """
     import tensorflow as tf
 
-    from rlds_reverb.core import errors
+    from rlds_reverb.core import errors, files
 
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
@@ -111,6 +115,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not getattr(args, 'accepts_unknown_arguments', False):
             parser.parse_args(argv)  # Exits with argparse's usual error.
         args.beam_args = unknown
+    caller_umask = os.umask(files.read_umask() | stat.S_IWOTH)
     try:
         return args.handler(args)
     except (errors.RldsReverbError, tf.errors.OpError, OSError, ValueError) as error:
@@ -121,6 +126,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f'rlds-reverb {args.command}: interrupted', file=sys.stderr)
         return EXIT_INTERRUPTED
+    finally:
+        os.umask(caller_umask)
 
 
 def run(argv: Sequence[str] | None = None) -> int:

@@ -5,7 +5,8 @@
     rlds-reverb push SOURCE --server localhost:8000 --table replay --item two-step --workers 2
 
 `serve` restores the tables from `--checkpoint-dir` when it holds a checkpoint, else pushes
-SOURCE and writes one; it says which, then serves until SIGINT/SIGTERM. `push` writes into
+SOURCE and writes one; it says which, then serves until SIGINT/SIGTERM. It first says on
+stderr that the port is open to the network (README, Security). `push` writes into
 a running server with a progress bar; `--workers N` shards the dataset across N processes
 writing to the same server (TFDS split slicing, `Dataset.shard` for other sources).
 `push --checkpoint-every N` checkpoints the server after every N episodes, and
@@ -78,6 +79,25 @@ def _install_stop_handlers() -> threading.Event:
     return stop
 
 
+# Reverb 0.14 has no bind address and no credentials (README, Security).
+OPEN_PORT_NOTICE = (
+    'rlds-reverb serve: note: Reverb listens on {where} on every interface (IPv4 and IPv6) '
+    'without authentication or TLS, so anyone who can reach it can read, change and delete '
+    'the tables; keep it private with a firewall rule or an SSH tunnel (README.md#security).'
+)
+
+
+def _say_port_is_open(args: argparse.Namespace) -> None:
+    """Prints, once, on stderr (stdout holds the addresses), that the port is open."""
+    if not args.port:
+        where = 'free ports'
+    elif args.count and args.count > 1:
+        where = f'ports {args.port}-{args.port + args.count - 1}'
+    else:
+        where = f'port {args.port}'
+    print(OPEN_PORT_NOTICE.format(where=where), file=sys.stderr, flush=True)
+
+
 def _serve_many(args: argparse.Namespace) -> int:
     """Starts `--count` servers with the empty table; prints their addresses; serves."""
     import os
@@ -122,6 +142,7 @@ def _serve_many(args: argparse.Namespace) -> int:
 def _serve(args: argparse.Namespace) -> int:
     from rlds_reverb.write import seed
 
+    _say_port_is_open(args)
     if args.count is not None:
         return _serve_many(args)
 
@@ -136,26 +157,30 @@ def _serve(args: argparse.Namespace) -> int:
         priority_exponent=args.priority_exponent,
         on_invalid=args.on_invalid,
     )
-    if result.outcome is seed.SeedOutcome.RESTORED:
-        print(
-            f'Restored table {result.table!r} ({result.items} items) from checkpoint '
-            f'{result.checkpoint_path} in {result.seconds:.2f} s.'
-        )
-    else:
-        stats = result.stats
-        where = (
-            f'; checkpoint written to {result.checkpoint_path}' if result.checkpoint_path else ''
-        )
-        print(
-            f'Pushed {result.items} items ({stats.episodes} episodes, {stats.steps} steps, '
-            f'{stats.skipped_episodes} skipped) into table {result.table!r} in '
-            f'{result.seconds:.2f} s{where}.'
-        )
-    stop = _install_stop_handlers()  # Before saying so: a stop request may follow at once.
-    print(f'Serving on {result.address}; stop with Ctrl-C or SIGTERM.', flush=True)
-    while not stop.wait(timeout=1.0):
-        pass
-    result.server.stop()
+    try:  # The server stops on any way out: an error, Ctrl-C, SIGTERM.
+        if result.outcome is seed.SeedOutcome.RESTORED:
+            print(
+                f'Restored table {result.table!r} ({result.items} items) from checkpoint '
+                f'{result.checkpoint_path} in {result.seconds:.2f} s.'
+            )
+        else:
+            stats = result.stats
+            where = (
+                f'; checkpoint written to {result.checkpoint_path}'
+                if result.checkpoint_path
+                else ''
+            )
+            print(
+                f'Pushed {result.items} items ({stats.episodes} episodes, {stats.steps} steps, '
+                f'{stats.skipped_episodes} skipped) into table {result.table!r} in '
+                f'{result.seconds:.2f} s{where}.'
+            )
+        stop = _install_stop_handlers()  # Before saying so: a stop request may follow at once.
+        print(f'Serving on {result.address}; stop with Ctrl-C or SIGTERM.', flush=True)
+        while not stop.wait(timeout=1.0):
+            pass
+    finally:
+        result.server.stop()
     print('Stopped.', flush=True)
     return common.EXIT_OK
 

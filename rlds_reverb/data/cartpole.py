@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import tensorflow_datasets as tfds
 
-from rlds_reverb.core import types
+from rlds_reverb.core import files, types
 from rlds_reverb.data import tfds_writer
 
 NAME = 'cartpole_v1'
@@ -354,7 +354,7 @@ def ensure_default_dataset(*, data_dir: os.PathLike | str | None = None) -> path
     half-written or outdated one is (re)generated.
 
     Args:
-      data_dir: The data directory; `default_data_dir()` if None.
+      data_dir: The data directory; `default_data_dir()` if None (created 0700 if missing).
 
     Returns:
       The dataset directory, ready for `rlds_reverb.load`.
@@ -362,7 +362,8 @@ def ensure_default_dataset(*, data_dir: os.PathLike | str | None = None) -> path
     Example:
       >>> episodes = rlds_reverb.load(ensure_default_dataset())
     """
-    data_dir = default_data_dir() if data_dir is None else data_dir
+    if data_dir is None:  # The toolkit's own cache: private (README, Security).
+        data_dir = files.make_private_dirs(default_data_dir())
     path = dataset_dir(data_dir)
     defaults = {
         'num_episodes': DEFAULT_NUM_EPISODES,

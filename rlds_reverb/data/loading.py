@@ -12,7 +12,11 @@ Sources, in the order they are tried:
   version directories (`name/` holding `1.0.0/`, or `name/config/1.0.0/`; the latest version
   is used when there are several);
 * a TFDS dataset name (`'name'`, `'name/config'`, `'name:1.0.0'`) found in `data_dir`
-  (or in TFDS' default data directory); nothing is ever downloaded.
+  (or in TFDS' default data directory); nothing is ever downloaded (a community namespace
+  such as `'huggingface:name'`, which TFDS fetches, is refused).
+
+Nothing in the files runs: the metadata is JSON, and a feature class it names that TFDS
+would import to resolve is refused (`check_feature_classes`); nothing is unpickled.
 
 Reading. A TFDS source is read as whole episodes: TFDS decodes each episode's steps in one
 batch (images and other encoded features included) straight into `[T, ...]` tensors,
@@ -43,6 +47,7 @@ fields do not parse (wrong dtype or size) or lack a field the others have.
 from __future__ import annotations
 
 import itertools
+import json
 import logging
 import os
 import pathlib
@@ -66,6 +71,8 @@ from rlds_reverb.data import records, tfds_writer
 _LOGGER = logging.getLogger(__name__)
 _DATASET_INFO = 'dataset_info.json'
 _FEATURES = 'features.json'
+# Where the Feature proto, written as JSON, names the Python class of a feature.
+_CLASS_NAME_KEYS = ('pythonClassName', 'python_class_name')
 _LISTED_ENTRIES = 8
 # A string source that does not exist and starts so is a path, not a TFDS name.
 _PATH_PREFIXES = ('/', '.', '~')
@@ -513,7 +520,75 @@ def find_dataset_directory(path: str | os.PathLike) -> pathlib.Path:
     )
 
 
+def _list_known_feature_classes() -> set[str]:
+    """Returns the feature class names TFDS resolves without importing anything.
+
+    The same names TFDS registers: every `FeatureConnector` subclass imported so far (TFDS'
+    own, and any the user imported), and their `ALIASES`.
+    """
+    known, pending = set(), [tfds.features.FeatureConnector]
+    while pending:
+        cls = pending.pop()
+        known.add(f'{cls.__module__}.{cls.__name__}')
+        known.update(cls.__dict__.get('ALIASES', ()))
+        pending.extend(cls.__subclasses__())
+    return known
+
+
+def _list_feature_classes(node: Any) -> list[str]:
+    """Returns every feature class name in a features JSON value (either of TFDS' formats)."""
+    found = []
+    if isinstance(node, Mapping):
+        if isinstance(node.get('type'), str) and 'content' in node:
+            found.append(node['type'])  # The legacy {'type': ..., 'content': ...} format.
+        for key in _CLASS_NAME_KEYS:  # The Feature proto as JSON.
+            if isinstance(node.get(key), str):
+                found.append(node[key])
+        for value in node.values():
+            found += _list_feature_classes(value)
+    elif isinstance(node, list):
+        for value in node:
+            found += _list_feature_classes(value)
+    return found
+
+
+def check_feature_classes(directory: os.PathLike | str) -> None:
+    """Refuses a dataset whose metadata names a feature class TFDS would import to find.
+
+    TFDS 4.9.4 resolves each feature's class by the name stored in `features.json` (or in
+    `dataset_info.json`); a name it does not know yet makes it import the module named
+    there, which runs that module's code. Loading a dataset must not run code it names.
+
+    Args:
+      directory: A TFDS dataset directory.
+
+    Raises:
+      SourceError: If a feature class is neither TFDS' own nor imported already.
+
+    Example:
+      >>> check_feature_classes('/data/cartpole_v1/1.0.0')
+    """
+    directory = pathlib.Path(directory)
+    known = _list_known_feature_classes()
+    for name in (_FEATURES, _DATASET_INFO):
+        try:
+            content = json.loads((directory / name).read_text())
+        except (OSError, ValueError):
+            continue  # Missing or not JSON: TFDS reports it (it never evaluates the text).
+        content = content.get('features') if name == _DATASET_INFO else content
+        unknown = sorted(set(_list_feature_classes(content or {})) - known)
+        if unknown:
+            module = unknown[0].rpartition('.')[0] or unknown[0]
+            raise SourceError(
+                f'{directory / name} names the feature class(es) {", ".join(unknown)}, which '
+                f'are not TFDS features; TFDS would import {module!r} to find them, running '
+                'code named by the dataset, so rlds_reverb.load refuses it. If you trust that '
+                'code, import the module yourself first, then load again.'
+            )
+
+
 def _builder_from_directory(directory: pathlib.Path) -> tfds.core.DatasetBuilder:
+    check_feature_classes(directory)
     try:
         return tfds.builder_from_directory(os.fspath(directory))
     except Exception as e:  # TFDS raises many types for unreadable metadata.
@@ -532,6 +607,13 @@ def _builder_from_name(name: str, *, data_dir: Any) -> tfds.core.DatasetBuilder:
     anyway; TFDS' registry is asked only when no such files exist.
     """
     where = f'data_dir={os.fspath(data_dir)!r}' if data_dir else "TFDS' default data_dir"
+    _, _, version = name.partition(':')
+    if version and not tfds.core.Version.is_valid(version):
+        raise SourceError(
+            f'{name!r} names a TFDS community namespace; TFDS would fetch it (and may run its '
+            'code), and rlds_reverb.load never downloads. Download it yourself and pass its '
+            f'directory (holding {_DATASET_INFO}).'
+        )
     prepared = _find_prepared(name, data_dir)
     if prepared is not None:
         return _builder_from_directory(prepared)

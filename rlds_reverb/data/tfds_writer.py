@@ -12,7 +12,9 @@ whole episodes with NumPy (tests check the bytes equal TFDS' own serializer's).
 
 The dataset is written into a hidden sibling directory and renamed into place at the end, so
 a directory that holds `dataset_info.json` is complete; an interrupted write leaves only a
-hidden `.<version>.incomplete-*` directory, removed by the next write.
+hidden `.<version>.incomplete-*` directory, removed by the next write. The staging directory
+is 0700 while it fills; the dataset and the parents this module creates follow the umask,
+never world-writable (`core.files`).
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from rlds_reverb.core import types
+from rlds_reverb.core import files, types
 
 SPLIT = 'train'
 FILE_FORMAT = 'tfrecord'
@@ -257,7 +259,7 @@ class RldsDatasetWriter:
         if episodes_per_shard < 1:
             raise ValueError(f'episodes_per_shard={episodes_per_shard} must be at least 1.')
         self.target = pathlib.Path(directory).expanduser().absolute()
-        self.target.parent.mkdir(parents=True, exist_ok=True)
+        files.make_shared_dirs(self.target.parent)
         remove_incomplete(self.target.parent)
         self._staging = pathlib.Path(
             tempfile.mkdtemp(
@@ -345,7 +347,9 @@ class RldsDatasetWriter:
             )
             info.set_splits(tfds.core.SplitDict([split]))
             info.write_to_directory(self._staging)
-            os.chmod(self._staging, 0o755)
+            # The staging dir is 0700; the dataset follows the umask, never world-writable.
+            files.remove_world_write(self._staging)
+            os.chmod(self._staging, files.compute_shared_mode())
             if self.target.exists():
                 shutil.rmtree(self.target)
             os.replace(self._staging, self.target)

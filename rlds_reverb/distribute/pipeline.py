@@ -530,7 +530,7 @@ def push_with_beam(
         `['--runner=DirectRunner', '--direct_num_workers=2',
         '--direct_running_mode=multi_processing']`); default: the DirectRunner.
       result_dir: Where writers leave their counts (a directory every worker and this
-        process can reach, e.g. `gs://...` on Dataflow); default: a local temp dir.
+        process can reach, e.g. `gs://...` on Dataflow); default: a local temp dir, 0700.
       progress: Optional `fn(items)`, called about every 0.5 s with the items the servers
         gained so far.
 

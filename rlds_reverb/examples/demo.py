@@ -35,7 +35,7 @@ import tensorflow as tf
 from tf_agents.specs import tensor_spec
 
 from rlds_reverb.core import episodes as episodes_lib
-from rlds_reverb.core import types
+from rlds_reverb.core import files, types
 from rlds_reverb.data import cartpole, loading, validation
 from rlds_reverb.examples import cql_dqn as learner
 from rlds_reverb.examples import plots
@@ -127,6 +127,7 @@ def seed_tables(
 
     Raises:
       ValueError: If `num_servers` < 1.
+      Anything `seed_server` raises, after stopping the servers started so far.
 
     Example:
       >>> servers, addresses, signature, counts = seed_tables(episodes, config,
@@ -150,14 +151,15 @@ def seed_tables(
                     priority=1.0,
                 )
             )
-    except Exception:
+        signature = tables.signature_for(item, episodes)
+    except BaseException:  # Ctrl-C too: no server outlives the demo.
         for result in results:
             result.server.stop()
         raise
     return (
         [r.server for r in results],
         [r.address for r in results],
-        tables.signature_for(item, episodes),
+        signature,
         [r.items for r in results],
     )
 
@@ -251,14 +253,16 @@ def run_demo(
     servers, addresses, signature, counts = seed_tables(
         episodes, config, num_steps=report.steps, num_servers=num_servers
     )
-    num_items = sum(counts)
-    where = '' if num_servers == 1 else f' on {num_servers} servers ({", ".join(map(str, counts))})'
-    _say(
-        f'[3/7] seeded prioritized table {TABLE!r} with {num_items} items{where}',
-        verbose=verbose,
-        started=started,
-    )
-    try:
+    try:  # From here on the servers stop on any way out, Ctrl-C included.
+        num_items = sum(counts)
+        where = (
+            '' if num_servers == 1 else f' on {num_servers} servers ({", ".join(map(str, counts))})'
+        )
+        _say(
+            f'[3/7] seeded prioritized table {TABLE!r} with {num_items} items{where}',
+            verbose=verbose,
+            started=started,
+        )
         agent = learner.build_agent(
             config,
             observation_spec=signature[types.OBSERVATION],
@@ -312,4 +316,5 @@ def run_demo(
         'config': dataclasses.asdict(config),
     }
     (output / SUMMARY_NAME).write_text(json.dumps(summary, indent=2))
+    files.remove_world_write(output / SUMMARY_NAME)
     return summary

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from rlds_reverb.core import files
 from rlds_reverb.examples.cql_dqn import TrainHistory
 
 
@@ -51,7 +52,8 @@ def plot_training(
     fig.suptitle(title)
     fig.tight_layout()
     path = pathlib.Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
+    files.make_shared_dirs(path.parent)
     fig.savefig(path, dpi=100)
     plt.close(fig)
+    files.remove_world_write(path)
     return path

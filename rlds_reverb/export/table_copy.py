@@ -34,6 +34,7 @@ from reverb.cc.checkpointing import checkpoint_pb2
 from reverb.platform import checkpointers_lib
 from tensorflow.python.saved_model import nested_structure_coder
 
+from rlds_reverb.core import files
 from rlds_reverb.core.errors import ExportError
 from rlds_reverb.serve import checkpoints
 
@@ -267,6 +268,7 @@ class TableReader:
     ):
         self.table = table
         self.checkpoint = checkpoint
+        self._server: reverb.Server | None = None
         record, self._parts = _write_parts(checkpoint, table, root, part_rows, max_copy_bytes)
         self.num_items = sum(count for _, count in self._parts)
         self._max_size = max(record.max_size, 1)
@@ -292,7 +294,7 @@ class TableReader:
             parent = directory.parent / f'serve-{directory.name}'
             parent.mkdir()
             directory.rename(parent / directory.name)
-            server = reverb.Server(
+            self._server = server = reverb.Server(
                 [table],
                 port=None,
                 checkpointer=checkpointers_lib.DefaultCheckpointer(os.fspath(parent)),
@@ -302,8 +304,18 @@ class TableReader:
                     f'localhost:{server.port}', self.table, self.signature, count, self.checkpoint
                 )
             finally:
-                server.stop()
+                self.stop()
                 shutil.rmtree(parent, ignore_errors=True)
+
+    def stop(self) -> None:
+        """Stops the temporary server of the current part, if one runs.
+
+        A loop over `iterate_parts` left by an exception keeps the generator (and its
+        server) alive as long as the traceback; `open_table_reader` calls this on exit.
+        """
+        if self._server is not None:
+            self._server.stop()
+            self._server = None
 
 
 @contextlib.contextmanager
@@ -330,7 +342,8 @@ def open_table_reader(
         bound on the memory the copies take.
 
     Yields:
-      The reader; its temporary files are removed when the context exits.
+      The reader; its temporary files (in a 0700 directory) are removed when the context
+      exits, and each temporary server stops after its part, on error and Ctrl-C too.
 
     Raises:
       ValueError: If not exactly one of `server` and `checkpoint` is given.
@@ -354,6 +367,13 @@ def open_table_reader(
     source = resolve_checkpoint(checkpoint)
     root = pathlib.Path(tempfile.mkdtemp(prefix='rlds_reverb_export_'))
     try:
-        yield TableReader(table, source, root, part_rows=part_rows, max_copy_bytes=max_copy_bytes)
+        reader = TableReader(
+            table, source, root, part_rows=part_rows, max_copy_bytes=max_copy_bytes
+        )
+        files.remove_world_write(root)
+        try:
+            yield reader
+        finally:
+            reader.stop()
     finally:
         shutil.rmtree(root, ignore_errors=True)

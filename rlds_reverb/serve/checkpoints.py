@@ -21,6 +21,7 @@ import reverb
 import tensorflow as tf
 from reverb.cc.checkpointing import checkpoint_pb2
 
+from rlds_reverb.core import files
 from rlds_reverb.core.errors import CheckpointError
 
 # Reverb marks a complete checkpoint with this file in the checkpoint's directory.
@@ -33,6 +34,9 @@ _COMPRESSION = 'ZLIB'
 def checkpoint_server(client: reverb.Client) -> str:
     """Writes a checkpoint of every table on the server; returns its path.
 
+    When the checkpoint is on this machine, its files lose the world-write bit that a
+    permissive umask of the server gives them.
+
     Raises:
       CheckpointError: If the server did not write it (unreachable, or no checkpointer).
 
@@ -40,11 +44,14 @@ def checkpoint_server(client: reverb.Client) -> str:
       >>> path = checkpoint_server(reverb.Client('localhost:8000'))
     """
     try:
-        return client.checkpoint()
+        path = client.checkpoint()
     except (RuntimeError, reverb.errors.ReverbError) as e:
         raise CheckpointError(
             f'Checkpoint of the Reverb server at {client.server_address} failed ({e}).'
         ) from e
+    if os.path.isdir(path):  # Reverb's files follow the server's umask: never world-writable.
+        files.remove_world_write(path)
+    return path
 
 
 def find_latest_checkpoint(checkpoint_dir: os.PathLike | str) -> pathlib.Path | None:

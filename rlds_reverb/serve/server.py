@@ -12,6 +12,7 @@ import os
 
 import reverb
 
+from rlds_reverb.core import files
 from rlds_reverb.serve import checkpoints
 
 
@@ -27,7 +28,8 @@ def start_server(
     Args:
       server_tables: The tables (a restored table takes its config from the checkpoint).
       port: The port; None picks a free one.
-      checkpoint_dir: Where checkpoints live; the latest complete one is restored.
+      checkpoint_dir: Where checkpoints live; the latest complete one is restored. Created
+        0700 if missing (a checkpoint holds every item); an existing one keeps its mode.
       reset_rate_limiters: Rewrite the checkpoint's rate-limiter counters first
         (`checkpoints.reset_rate_limiters`), so that restored tables serve samples even if
         their limiters had blocked sampling when the checkpoint was written.
@@ -40,7 +42,7 @@ def start_server(
     """
     checkpointer = None
     if checkpoint_dir is not None:
-        os.makedirs(checkpoint_dir, exist_ok=True)
+        files.make_private_dirs(checkpoint_dir)
         if reset_rate_limiters:
             checkpoints.reset_rate_limiters(checkpoint_dir)
         checkpointer = reverb.checkpointers.DefaultCheckpointer(path=os.fspath(checkpoint_dir))

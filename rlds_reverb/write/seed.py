@@ -79,7 +79,8 @@ def seed_server(
       progress: Optional `fn(episodes, steps)`, as for `push`.
 
     Returns:
-      A `SeedResult` with the running server and whether it was pushed or restored.
+      A `SeedResult` with the running server and whether it was pushed or restored. If
+      seeding fails (or is interrupted), the server is stopped before the error propagates.
 
     Raises:
       TableError: If a restored checkpoint lacks `table`, or an argument is out of range.
@@ -106,27 +107,31 @@ def seed_server(
             f'Could not restore the checkpoint {restoring} with table {table!r}: {e}. Pass the '
             'table name it was seeded with, or another checkpoint directory.'
         ) from e
-    client = reverb.Client(f'localhost:{running.port}')
-    if restoring:
-        info = client.server_info()
-        return SeedResult(
-            running,
-            SeedOutcome.RESTORED,
+    try:  # Until the result is handed over, an error stops the server.
+        client = reverb.Client(f'localhost:{running.port}')
+        if restoring:
+            info = client.server_info()
+            return SeedResult(
+                running,
+                SeedOutcome.RESTORED,
+                table,
+                info[table].current_size,
+                time.perf_counter() - started,
+                str(restoring),
+            )
+        stats = push_lib.push(
+            episodes,
+            client,
             table,
-            info[table].current_size,
-            time.perf_counter() - started,
-            str(restoring),
+            item=item,
+            priority=priority,
+            on_invalid=on_invalid,
+            progress=progress,
         )
-    stats = push_lib.push(
-        episodes,
-        client,
-        table,
-        item=item,
-        priority=priority,
-        on_invalid=on_invalid,
-        progress=progress,
-    )
-    path = checkpoints.checkpoint_server(client) if checkpoint_dir is not None else None
+        path = checkpoints.checkpoint_server(client) if checkpoint_dir is not None else None
+    except BaseException:  # An invalid episode, Ctrl-C: the server must not stay behind.
+        running.stop()
+        raise
     return SeedResult(
         running,
         SeedOutcome.PUSHED,
