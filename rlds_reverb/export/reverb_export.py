@@ -480,6 +480,10 @@ def _to_episode(rows: dict, episode_fields: Sequence[str]) -> dict:
     return {types.STEPS: steps, **lifted}
 
 
+def _describe_server(server: str | reverb.Client) -> str:
+    return server.server_address if isinstance(server, reverb.Client) else server
+
+
 def _read_batches(copy: table_copy.TableCopy, batch_items: int, timeout_ms: int):
     dataset = reverb.TrajectoryDataset.from_table_signature(
         copy.address,
@@ -497,6 +501,7 @@ def export_table(
     table: str,
     *,
     server: str | reverb.Client | None = None,
+    server_checkpoint_dir: os.PathLike | str | None = None,
     checkpoint: os.PathLike | str | None = None,
     episode_fields: Sequence[str] = (),
     item: items_lib.ItemKind | None = None,
@@ -522,7 +527,11 @@ def export_table(
       directory: The dataset (version) directory to write; replaced once complete.
       table: The table name.
       server: A live server ('host:port' or a client); its checkpoint directory must be
-        readable here. Exactly one of `server` and `checkpoint`.
+        readable and writable here. Exactly one of `server` and `checkpoint`.
+      server_checkpoint_dir: With `server`, required: the directory the server checkpoints
+        to (its `DefaultCheckpointer` path, `rlds-reverb serve --checkpoint-dir`). The
+        server is checkpointed into a private copy, and this directory is left as it was
+        (Reverb deletes its other entries when it checkpoints; the export puts them back).
       checkpoint: A Reverb checkpoint directory (the latest checkpoint in it is used).
       episode_fields: Item fields that are episode metadata (carried with
         `push(..., episode_fields=...)`): written as episode-level fields, not steps.
@@ -547,16 +556,20 @@ def export_table(
       `ExportStats`.
 
     Raises:
-      ValueError: If not exactly one of `server` and `checkpoint` is given, or an option
-        is invalid (`item` neither a `Sequence` nor an `Episode`, or a `Sequence` whose
+      ValueError: If not exactly one of `server` and `checkpoint` is given, `server`
+        without `server_checkpoint_dir`, or an option is invalid (`item` neither a `Sequence` nor an `Episode`, or a `Sequence` whose
         windows cannot be placed without ids: `end='last'` or `'continue'`).
-      ExportError: If the table's items cannot be rebuilt into episodes (says why), an
+      ExportError: If the server or checkpoint holds no such table (a server's is checked
+        before it is checkpointed), the table's items cannot be rebuilt into episodes
+        (says why), an
         `episode_fields` name is not an item field, or (raise mode) the table holds part of
         an episode; nothing is written then.
-      CheckpointError: If the live server cannot be checkpointed.
+      CheckpointError: If the live server cannot be checkpointed, or
+        `server_checkpoint_dir` is missing or not the directory it checkpoints to.
 
     Example:
-      >>> stats = export_table('/data/replay_rlds/1.0.0', 'replay', server='localhost:8000')
+      >>> stats = export_table('/data/replay_rlds/1.0.0', 'replay', server='localhost:8000',
+      ...                      server_checkpoint_dir='/ckpt')
       >>> episodes = rlds_reverb.load('/data/replay_rlds/1.0.0')
     """
     started = time.perf_counter()
@@ -571,6 +584,7 @@ def export_table(
     with table_copy.open_table_reader(
         table,
         server=server,
+        server_checkpoint_dir=server_checkpoint_dir,
         checkpoint=checkpoint,
         part_rows=part_rows,
         max_copy_bytes=max_copy_bytes,
@@ -587,13 +601,12 @@ def export_table(
                 f'are {sorted(f for f in row_spec if f not in _ID_FIELDS)}.'
             )
         features = _make_features(row_spec, episode_fields)
-        metadata = {
-            'exported_from': {
-                'table': table,
-                'checkpoint': str(reader.checkpoint),
-                'items': kind.value,
-            }
-        }
+        # A live server's checkpoint is a private copy, removed after the export.
+        if server is not None:
+            source = {'server': _describe_server(server)}
+        else:
+            source = {'checkpoint': str(reader.checkpoint)}
+        metadata = {'exported_from': {'table': table, **source, 'items': kind.value}}
         assembler = _Assembler()
         chain = _ChainIds(table)
         windows = _WindowChain(table, period=period or 1)
