@@ -395,10 +395,23 @@ class _WindowChain:
         self._start = start
 
 
-class _Assembler:
-    """Collects step rows by episode id; hands out each episode once all its steps are in."""
+def _ordinal(n: int) -> str:
+    suffix = 'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')
+    return f'{n}{suffix}'
 
-    def __init__(self):
+
+class _Assembler:
+    """Collects step rows by episode id; hands out each episode once all its steps are in.
+
+    With `ids_in_items`, the ids are the items' own (`push(..., add_ids=True)`: the
+    episode's index in the dataset, its step indices); otherwise `_ChainIds` or
+    `_WindowChain` numbered the episodes in the table's insertion order, so messages name
+    them by that order and not by a dataset index they cannot know (evicted episodes leave
+    no trace).
+    """
+
+    def __init__(self, *, ids_in_items: bool):
+        self._ids_in_items = ids_in_items
         self._chunks: dict[int, list] = {}
         self._seen: dict[int, set] = {}
         self._last: dict[int, int] = {}
@@ -450,10 +463,25 @@ class _Assembler:
         for episode_id in self._order:
             seen = sorted(self._seen[episode_id])
             end = self._last.get(episode_id)
-            expected = f'steps 0..{end}' if end is not None else 'no last step (is_last)'
+            if self._ids_in_items:
+                expected = f'steps 0..{end}' if end is not None else 'no last step (is_last)'
+                out.append(
+                    f'episode {episode_id} (its episode_id): {len(seen)} step(s) found '
+                    f'({seen[0]}..{seen[-1]}), {expected}'
+                )
+                continue
+            # Chained ids: a partial episode's steps are numbered from 1, not its own.
+            missing = []
+            if seen[0] > 0:
+                missing.append('its beginning (its first step is not is_first)')
+            if end is None:
+                missing.append('its end (no is_last)')
+            elif seen[0] == 0 and len(seen) != end + 1:
+                missing.append('steps in its middle')
             out.append(
-                f'episode {episode_id}: {len(seen)} step(s) found ({seen[0]}..{seen[-1]}), '
-                f'{expected}'
+                f'the {_ordinal(episode_id + 1)} episode in the table\'s insertion order (the '
+                'items hold no episode ids, so its index in the dataset is unknown): '
+                f'{len(seen)} step(s) found, missing {" and ".join(missing)}'
             )
         return out
 
@@ -607,7 +635,9 @@ def export_table(
         else:
             source = {'checkpoint': str(reader.checkpoint)}
         metadata = {'exported_from': {'table': table, **source, 'items': kind.value}}
-        assembler = _Assembler()
+        assembler = _Assembler(
+            ids_in_items=kind in (ExportKind.STEPS_WITH_IDS, ExportKind.TWO_STEP_WITH_IDS)
+        )
         chain = _ChainIds(table)
         windows = _WindowChain(table, period=period or 1)
         with tfds_writer.RldsDatasetWriter(
