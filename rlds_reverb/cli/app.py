@@ -7,7 +7,8 @@ Started as a program (`run`), the command line hides the start-up noise of its l
 unless `--verbose` is given: TensorFlow's and Reverb's C++ log lines (CUDA plugin
 registration errors on machines without a GPU, server start-up lines), TensorFlow's Python
 warnings, the absl warnings of TFDS (`FeatureConnector.dtype is deprecated`, which TFDS's
-own decoder triggers on datasets with image features) and Gym's deprecation banner. Nothing of the command's own output is hidden.
+own decoder triggers on datasets with image features) and Gym's deprecation banner.
+Nothing of the command's own output is hidden.
 """
 
 from __future__ import annotations
