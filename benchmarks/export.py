@@ -55,10 +55,16 @@ def _serve(data, item, directory: str, *, add_ids: bool = False) -> reverb.Serve
 
 def _time_export(data, item, *, add_ids: bool, steps: int) -> tuple[float, reverb.Server, str]:
     directory = tempfile.mkdtemp()
+    os.mkdir(os.path.join(directory, 'ckpt'))
     server = _serve(data, item, os.path.join(directory, 'ckpt'), add_ids=add_ids)
     address = f'localhost:{server.port}'
     push_lib.push(data, address, 'replay', item=item, add_ids=add_ids)
-    stats = reverb_export.export_table(os.path.join(directory, 'out'), 'replay', server=address)
+    stats = reverb_export.export_table(
+        os.path.join(directory, 'out'),
+        'replay',
+        server=address,
+        server_checkpoint_dir=os.path.join(directory, 'ckpt'),
+    )
     if stats.steps != steps:
         raise RuntimeError(f'export wrote {stats.steps} steps, expected {steps}')
     return stats.steps / stats.seconds, server, address

@@ -60,6 +60,7 @@ def assert_same_dataset(original, exported) -> None:
 def serve(tmp_path, item, episodes, *, name='replay', **carry) -> reverb.Server:
     signature = tables.signature_for(item, episodes, **carry)
     table = tables.uniform(name, max_size=100_000, signature=signature)
+    (tmp_path / 'ckpt').mkdir(exist_ok=True)
     checkpointer = checkpointers_lib.DefaultCheckpointer(str(tmp_path / 'ckpt'))
     return reverb.Server([table], port=None, checkpointer=checkpointer)
 
@@ -84,7 +85,12 @@ def test_episode_items_round_trip_with_metadata(cartpole_dir, tmp_path, server_f
     address = server_for(item, episodes, episode_fields=METADATA)
     pushed = push_lib.push(episodes, address, 'replay', item=item, episode_fields=METADATA)
     stats = reverb_export.export_table(
-        tmp_path / 'out', 'replay', server=address, episode_fields=METADATA, episodes_per_shard=5
+        tmp_path / 'out',
+        'replay',
+        server=address,
+        server_checkpoint_dir=tmp_path / 'ckpt',
+        episode_fields=METADATA,
+        episodes_per_shard=5,
     )
     assert stats.kind is reverb_export.ExportKind.WHOLE_EPISODES
     assert (stats.episodes, stats.steps, stats.items) == (pushed.episodes, pushed.steps, 12)
@@ -108,7 +114,11 @@ def test_two_step_items_round_trip(add_ids, kind, cartpole_dir, tmp_path, server
     address = server_for(items.TwoStep(), episodes, episode_fields=METADATA, add_ids=add_ids)
     push_lib.push(episodes, address, 'replay', episode_fields=METADATA, add_ids=add_ids)
     stats = reverb_export.export_table(
-        tmp_path / 'out', 'replay', server=address, episode_fields=METADATA
+        tmp_path / 'out',
+        'replay',
+        server=address,
+        server_checkpoint_dir=tmp_path / 'ckpt',
+        episode_fields=METADATA,
     )
     assert stats.kind is kind
     assert_same_dataset(cartpole_dir, tmp_path / 'out')
@@ -163,7 +173,12 @@ def test_items_are_read_once_in_insertion_order(tmp_path, server_for):
     address = server_for(items.Episode(30), episodes)
     push_lib.push(episodes, address, 'replay', item=items.Episode(30))
     stats = reverb_export.export_table(
-        tmp_path / 'out', 'replay', server=address, batch_items=3, part_rows=70
+        tmp_path / 'out',
+        'replay',
+        server=address,
+        server_checkpoint_dir=tmp_path / 'ckpt',
+        batch_items=3,
+        part_rows=70,
     )
     assert stats.items == 20
     _, exported = read_tfds(tmp_path / 'out')
@@ -186,7 +201,9 @@ def test_tables_that_cannot_be_exported_are_refused(item, carry, message, tmp_pa
     address = server_for(item, episodes, **carry)
     push_lib.push(episodes, address, 'replay', item=item, **carry)
     with pytest.raises(ExportError, match=message):
-        reverb_export.export_table(tmp_path / 'out', 'replay', server=address)
+        reverb_export.export_table(
+            tmp_path / 'out', 'replay', server=address, server_checkpoint_dir=tmp_path / 'ckpt'
+        )
     assert not (tmp_path / 'out').exists()
 
 
@@ -218,7 +235,13 @@ def test_two_step_items_without_ids_round_trip_in_insertion_order(tmp_path, serv
     push_lib.push(episodes, address, 'replay')
     # Batches of 3 items and parts of about 7 rows: episodes span batches and parts.
     stats = reverb_export.export_table(
-        tmp_path / 'out', 'replay', server=address, batch_items=3, part_rows=7, max_copy_bytes=0
+        tmp_path / 'out',
+        'replay',
+        server=address,
+        server_checkpoint_dir=tmp_path / 'ckpt',
+        batch_items=3,
+        part_rows=7,
+        max_copy_bytes=0,
     )
     assert stats.kind is reverb_export.ExportKind.TWO_STEP_IN_ORDER
     assert (stats.episodes, stats.steps, stats.items) == (3, 17, 14)
@@ -228,6 +251,7 @@ def test_two_step_items_without_ids_round_trip_in_insertion_order(tmp_path, serv
 def test_two_step_items_cut_by_a_queue_are_partial(tmp_path):
     original, episodes = _two_step_data(tmp_path)
     signature = tables.signature_for(items.TwoStep(), episodes)
+    (tmp_path / 'ckpt').mkdir()
     server = reverb.Server(
         [tables.fifo_queue('replay', max_size=100, signature=signature)],
         checkpointer=checkpointers_lib.DefaultCheckpointer(str(tmp_path / 'ckpt')),
@@ -237,10 +261,17 @@ def test_two_step_items_cut_by_a_queue_are_partial(tmp_path):
         push_lib.push(episodes, address, 'replay')
         # A queue hands out (and removes) its oldest item: episode 0 loses its first step.
         next(iter(reverb.Client(address).sample('replay', num_samples=1)))
-        with pytest.raises(ExportError, match=r'part of 1 episode\(s\) \(episode 0: 5 step'):
-            reverb_export.export_table(tmp_path / 'out', 'replay', server=address)
+        # Without ids the episode is named by its place in the table, not a dataset index.
+        with pytest.raises(ExportError, match=r'\(the 1st episode in the table.s insertion order'):
+            reverb_export.export_table(
+                tmp_path / 'out', 'replay', server=address, server_checkpoint_dir=tmp_path / 'ckpt'
+            )
         stats = reverb_export.export_table(
-            tmp_path / 'out', 'replay', server=address, on_invalid='skip'
+            tmp_path / 'out',
+            'replay',
+            server=address,
+            server_checkpoint_dir=tmp_path / 'ckpt',
+            on_invalid='skip',
         )
     finally:
         server.stop()
@@ -282,7 +313,9 @@ def test_strings_round_trip_per_step_and_as_episode_metadata(item, tmp_path, ser
     carry = {'episode_fields': ('file_path',)}
     address = server_for(item, episodes, **carry)
     push_lib.push(episodes, address, 'replay', item=item, **carry)
-    reverb_export.export_table(tmp_path / 'out', 'replay', server=address, **carry)
+    reverb_export.export_table(
+        tmp_path / 'out', 'replay', server=address, server_checkpoint_dir=tmp_path / 'ckpt', **carry
+    )
     assert_same_dataset(original, tmp_path / 'out')
     _, exported = read_tfds(tmp_path / 'out')
     assert exported[1]['file_path'] == b'/data/1.npz'
@@ -317,11 +350,23 @@ def test_partial_episodes_raise_or_are_skipped(add_ids, tmp_path, server_for):
     item = items.Sequence(4, end='drop')  # Drops the tail of the 6-step episode.
     address = server_for(item, episodes, add_ids=add_ids)
     push_lib.push(episodes, address, 'replay', item=item, add_ids=add_ids)
-    with pytest.raises(ExportError, match=r'part of 1 episode\(s\) \(episode 0: 4 step'):
-        reverb_export.export_table(tmp_path / 'out', 'replay', server=address, item=item)
+    named = r'episode 0 \(its episode_id\)' if add_ids else r'the 1st episode in the table.s'
+    with pytest.raises(ExportError, match=rf'part of 1 episode\(s\) \({named}[^:]*: 4 step'):
+        reverb_export.export_table(
+            tmp_path / 'out',
+            'replay',
+            server=address,
+            server_checkpoint_dir=tmp_path / 'ckpt',
+            item=item,
+        )
     assert not (tmp_path / 'out').exists()
     stats = reverb_export.export_table(
-        tmp_path / 'out', 'replay', server=address, on_invalid='skip', item=item
+        tmp_path / 'out',
+        'replay',
+        server=address,
+        server_checkpoint_dir=tmp_path / 'ckpt',
+        on_invalid='skip',
+        item=item,
     )
     assert (stats.episodes, stats.skipped_episodes) == (1, 1)
     _, exported = read_tfds(tmp_path / 'out')
@@ -396,10 +441,16 @@ def test_bad_export_options_are_refused(tmp_path, server_for):
         reverb_export.export_table(tmp_path / 'out', 'replay')
     with pytest.raises(ExportError, match="names \\['agent'\\]"):
         reverb_export.export_table(
-            tmp_path / 'out', 'replay', server=address, episode_fields=('agent',)
+            tmp_path / 'out',
+            'replay',
+            server=address,
+            server_checkpoint_dir=tmp_path / 'ckpt',
+            episode_fields=('agent',),
         )
     with pytest.raises(ExportError, match="holds no table 'nope'"):
-        reverb_export.export_table(tmp_path / 'out', 'nope', server=address)
+        reverb_export.export_table(
+            tmp_path / 'out', 'nope', server=address, server_checkpoint_dir=tmp_path / 'ckpt'
+        )
     with pytest.raises(ExportError, match='no complete Reverb checkpoint'):
         reverb_export.export_table(tmp_path / 'out', 'replay', checkpoint=tmp_path / 'empty')
 
@@ -423,7 +474,15 @@ def test_cli_push_with_ids_then_export_and_record(cartpole_dir, tmp_path, server
     )
     assert code == 0
     code, out, _ = run_cli(
-        'export', '--server', address, '--table', 'replay', *fields, tmp_path / 'out'
+        'export',
+        '--server',
+        address,
+        '--server-checkpoint-dir',
+        tmp_path / 'ckpt',
+        '--table',
+        'replay',
+        *fields,
+        tmp_path / 'out',
     )
     assert code == 0 and 'Exported 12 episodes' in out and 'two-step-with-ids' in out
     assert_same_dataset(cartpole_dir, tmp_path / 'out')
@@ -467,7 +526,15 @@ def test_cli_exports_sequence_windows_without_ids(tmp_path, server_for, run_cli)
     push_lib.push(episodes, address, 'replay', item=item)
     options = ['--item', 'sequence', '--length', '3', '--period', '2', '--end', 'pad']
     code, out, _ = run_cli(
-        'export', '--server', address, '--table', 'replay', *options, tmp_path / 'out'
+        'export',
+        '--server',
+        address,
+        '--server-checkpoint-dir',
+        tmp_path / 'ckpt',
+        '--table',
+        'replay',
+        *options,
+        tmp_path / 'out',
     )
     assert code == 0 and 'Exported 2 episodes' in out and 'windows-in-order' in out
     assert_same_dataset(original, tmp_path / 'out')
@@ -475,6 +542,8 @@ def test_cli_exports_sequence_windows_without_ids(tmp_path, server_for, run_cli)
         'export',
         '--server',
         address,
+        '--server-checkpoint-dir',
+        tmp_path / 'ckpt',
         '--table',
         'replay',
         '--item',

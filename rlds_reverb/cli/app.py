@@ -6,7 +6,9 @@ one clear line and exit non-zero; `--debug` shows the traceback instead.
 Started as a program (`run`), the command line hides the start-up noise of its libraries
 unless `--verbose` is given: TensorFlow's and Reverb's C++ log lines (CUDA plugin
 registration errors on machines without a GPU, server start-up lines), TensorFlow's Python
-warnings and Gym's deprecation banner. Nothing of the command's own output is hidden.
+warnings, the absl warnings of TFDS (`FeatureConnector.dtype is deprecated`, which TFDS's
+own decoder triggers on datasets with image features) and Gym's deprecation banner.
+Nothing of the command's own output is hidden.
 """
 
 from __future__ import annotations
@@ -51,6 +53,11 @@ def silence_startup_noise() -> None:
     """
     os.environ['TF_CPP_MIN_LOG_LEVEL'] = '3'
     logging.getLogger('tensorflow').setLevel(logging.ERROR)
+    # TFDS warns through absl, whose logger must exist (as absl's class) before its level is
+    # set; absl.logging is light (no TensorFlow).
+    from absl import logging as absl_logging
+
+    absl_logging.set_verbosity(absl_logging.ERROR)
     sys.stderr.flush()
     original = os.dup(2)
     devnull = os.open(os.devnull, os.O_WRONLY)

@@ -15,23 +15,31 @@ VERBOSE_FLAG = '--verbose'
 
 
 class ProgressBar:
-    """A tqdm bar on stderr counting steps (or `unit`), with the episode count as postfix."""
+    """A tqdm bar on stderr counting steps (or `unit`), with the episode count as postfix.
+
+    The bar appears at the first update: a command that fails before any work prints its
+    one-line error and no empty bar (tqdm draws one as soon as it is made).
+    """
 
     def __init__(self, *, disable: bool, total: int | None = None, unit: str = ' steps'):
-        import tqdm
-
-        self._bar = tqdm.tqdm(unit=unit, total=total, disable=disable, file=sys.stderr)
+        self._options = {'unit': unit, 'total': total, 'disable': disable}
+        self._bar = None
         self._episodes = 0
 
     def update(self, episodes: int, steps: int) -> None:
         """Adds `episodes` to the postfix and `steps` to the bar."""
+        if self._bar is None:
+            import tqdm
+
+            self._bar = tqdm.tqdm(**self._options, file=sys.stderr)
         self._episodes += episodes
         self._bar.update(steps)
         self._bar.set_postfix(episodes=self._episodes, refresh=False)
 
     def close(self) -> None:
-        """Closes the bar."""
-        self._bar.close()
+        """Closes the bar, if it was drawn."""
+        if self._bar is not None:
+            self._bar.close()
 
 
 def add_common_options(parser: argparse.ArgumentParser, *, suppress: bool) -> None:

@@ -1,8 +1,8 @@
 """`rlds-reverb export` and `rlds-reverb record`: back from Reverb and TF-Agents to RLDS.
 
-    rlds-reverb export --server localhost:8000 --table replay OUT_DIR
+    rlds-reverb export --server localhost:8000 --server-checkpoint-dir /ckpt --table replay OUT_DIR
     rlds-reverb export --checkpoint /ckpt --table replay OUT_DIR
-    rlds-reverb export --server localhost:8000 --table seq --item sequence --length 8 OUT_DIR
+    rlds-reverb export --checkpoint /ckpt --table seq --item sequence --length 8 OUT_DIR
     rlds-reverb record --env CartPole-v1 --episodes 100 --policy scripted OUT_DIR
 
 `export` writes the items of a Reverb table (a live server, or a checkpoint directory) as
@@ -32,12 +32,19 @@ def _export(args: argparse.Namespace) -> int:
             max_length=args.max_length,
             overflow=items.EpisodeOverflow.SPLIT.value,
         )
+    if args.server is not None and args.server_checkpoint_dir is None:
+        raise ValueError(
+            '--server needs --server-checkpoint-dir DIR, the directory the server checkpoints '
+            "to: export checkpoints the server, and Reverb then deletes that directory's other "
+            'entries, which export keeps. Or export a checkpoint on disk with --checkpoint.'
+        )
     bar = common.ProgressBar(disable=args.no_progress)
     try:
         stats = reverb_export.export_table(
             args.out_dir,
             args.table,
             server=args.server,
+            server_checkpoint_dir=args.server_checkpoint_dir,
             checkpoint=args.checkpoint,
             episode_fields=args.episode_field,
             item=item,
@@ -100,6 +107,11 @@ def add_export_parser(subparsers) -> argparse.ArgumentParser:
     source = parser.add_mutually_exclusive_group(required=True)
     source.add_argument('--server', help="a live server 'host:port' (checkpointed first)")
     source.add_argument('--checkpoint', help='a Reverb checkpoint directory')
+    parser.add_argument(
+        '--server-checkpoint-dir',
+        default=None,
+        help='with --server: the directory it checkpoints to (kept as it was), required',
+    )
     parser.add_argument('--table', required=True, help='the table name')
     parser.add_argument(
         '--episode-field',

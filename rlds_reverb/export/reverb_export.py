@@ -395,10 +395,23 @@ class _WindowChain:
         self._start = start
 
 
-class _Assembler:
-    """Collects step rows by episode id; hands out each episode once all its steps are in."""
+def _ordinal(n: int) -> str:
+    suffix = 'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')
+    return f'{n}{suffix}'
 
-    def __init__(self):
+
+class _Assembler:
+    """Collects step rows by episode id; hands out each episode once all its steps are in.
+
+    With `ids_in_items`, the ids are the items' own (`push(..., add_ids=True)`: the
+    episode's index in the dataset, its step indices); otherwise `_ChainIds` or
+    `_WindowChain` numbered the episodes in the table's insertion order, so messages name
+    them by that order and not by a dataset index they cannot know (evicted episodes leave
+    no trace).
+    """
+
+    def __init__(self, *, ids_in_items: bool):
+        self._ids_in_items = ids_in_items
         self._chunks: dict[int, list] = {}
         self._seen: dict[int, set] = {}
         self._last: dict[int, int] = {}
@@ -450,10 +463,25 @@ class _Assembler:
         for episode_id in self._order:
             seen = sorted(self._seen[episode_id])
             end = self._last.get(episode_id)
-            expected = f'steps 0..{end}' if end is not None else 'no last step (is_last)'
+            if self._ids_in_items:
+                expected = f'steps 0..{end}' if end is not None else 'no last step (is_last)'
+                out.append(
+                    f'episode {episode_id} (its episode_id): {len(seen)} step(s) found '
+                    f'({seen[0]}..{seen[-1]}), {expected}'
+                )
+                continue
+            # Chained ids: a partial episode's steps are numbered from 1, not its own.
+            missing = []
+            if seen[0] > 0:
+                missing.append('its beginning (its first step is not is_first)')
+            if end is None:
+                missing.append('its end (no is_last)')
+            elif seen[0] == 0 and len(seen) != end + 1:
+                missing.append('steps in its middle')
             out.append(
-                f'episode {episode_id}: {len(seen)} step(s) found ({seen[0]}..{seen[-1]}), '
-                f'{expected}'
+                f'the {_ordinal(episode_id + 1)} episode in the table\'s insertion order (the '
+                'items hold no episode ids, so its index in the dataset is unknown): '
+                f'{len(seen)} step(s) found, missing {" and ".join(missing)}'
             )
         return out
 
@@ -480,6 +508,10 @@ def _to_episode(rows: dict, episode_fields: Sequence[str]) -> dict:
     return {types.STEPS: steps, **lifted}
 
 
+def _describe_server(server: str | reverb.Client) -> str:
+    return server.server_address if isinstance(server, reverb.Client) else server
+
+
 def _read_batches(copy: table_copy.TableCopy, batch_items: int, timeout_ms: int):
     dataset = reverb.TrajectoryDataset.from_table_signature(
         copy.address,
@@ -497,6 +529,7 @@ def export_table(
     table: str,
     *,
     server: str | reverb.Client | None = None,
+    server_checkpoint_dir: os.PathLike | str | None = None,
     checkpoint: os.PathLike | str | None = None,
     episode_fields: Sequence[str] = (),
     item: items_lib.ItemKind | None = None,
@@ -522,7 +555,11 @@ def export_table(
       directory: The dataset (version) directory to write; replaced once complete.
       table: The table name.
       server: A live server ('host:port' or a client); its checkpoint directory must be
-        readable here. Exactly one of `server` and `checkpoint`.
+        readable and writable here. Exactly one of `server` and `checkpoint`.
+      server_checkpoint_dir: With `server`, required: the directory the server checkpoints
+        to (its `DefaultCheckpointer` path, `rlds-reverb serve --checkpoint-dir`). The
+        server is checkpointed into a private copy, and this directory is left as it was
+        (Reverb deletes its other entries when it checkpoints; the export puts them back).
       checkpoint: A Reverb checkpoint directory (the latest checkpoint in it is used).
       episode_fields: Item fields that are episode metadata (carried with
         `push(..., episode_fields=...)`): written as episode-level fields, not steps.
@@ -547,16 +584,20 @@ def export_table(
       `ExportStats`.
 
     Raises:
-      ValueError: If not exactly one of `server` and `checkpoint` is given, or an option
-        is invalid (`item` neither a `Sequence` nor an `Episode`, or a `Sequence` whose
+      ValueError: If not exactly one of `server` and `checkpoint` is given, `server`
+        without `server_checkpoint_dir`, or an option is invalid (`item` neither a `Sequence` nor an `Episode`, or a `Sequence` whose
         windows cannot be placed without ids: `end='last'` or `'continue'`).
-      ExportError: If the table's items cannot be rebuilt into episodes (says why), an
+      ExportError: If the server or checkpoint holds no such table (a server's is checked
+        before it is checkpointed), the table's items cannot be rebuilt into episodes
+        (says why), an
         `episode_fields` name is not an item field, or (raise mode) the table holds part of
         an episode; nothing is written then.
-      CheckpointError: If the live server cannot be checkpointed.
+      CheckpointError: If the live server cannot be checkpointed, or
+        `server_checkpoint_dir` is missing or not the directory it checkpoints to.
 
     Example:
-      >>> stats = export_table('/data/replay_rlds/1.0.0', 'replay', server='localhost:8000')
+      >>> stats = export_table('/data/replay_rlds/1.0.0', 'replay', server='localhost:8000',
+      ...                      server_checkpoint_dir='/ckpt')
       >>> episodes = rlds_reverb.load('/data/replay_rlds/1.0.0')
     """
     started = time.perf_counter()
@@ -571,6 +612,7 @@ def export_table(
     with table_copy.open_table_reader(
         table,
         server=server,
+        server_checkpoint_dir=server_checkpoint_dir,
         checkpoint=checkpoint,
         part_rows=part_rows,
         max_copy_bytes=max_copy_bytes,
@@ -587,14 +629,15 @@ def export_table(
                 f'are {sorted(f for f in row_spec if f not in _ID_FIELDS)}.'
             )
         features = _make_features(row_spec, episode_fields)
-        metadata = {
-            'exported_from': {
-                'table': table,
-                'checkpoint': str(reader.checkpoint),
-                'items': kind.value,
-            }
-        }
-        assembler = _Assembler()
+        # A live server's checkpoint is a private copy, removed after the export.
+        if server is not None:
+            source = {'server': _describe_server(server)}
+        else:
+            source = {'checkpoint': str(reader.checkpoint)}
+        metadata = {'exported_from': {'table': table, **source, 'items': kind.value}}
+        assembler = _Assembler(
+            ids_in_items=kind in (ExportKind.STEPS_WITH_IDS, ExportKind.TWO_STEP_WITH_IDS)
+        )
         chain = _ChainIds(table)
         windows = _WindowChain(table, period=period or 1)
         with tfds_writer.RldsDatasetWriter(

@@ -318,11 +318,22 @@ class TableReader:
             self._server = None
 
 
+def _check_server_table(client: reverb.Client, table: str) -> None:
+    """Raises `ExportError` unless the server holds `table`, before anything is checkpointed."""
+    held = sorted(client.server_info())
+    if table not in held:
+        raise ExportError(
+            f'The server at {client.server_address} holds no table {table!r}; it holds '
+            f'{held}. Nothing was checkpointed.'
+        )
+
+
 @contextlib.contextmanager
 def open_table_reader(
     table: str,
     *,
     server: str | reverb.Client | None = None,
+    server_checkpoint_dir: os.PathLike | str | None = None,
     checkpoint: os.PathLike | str | None = None,
     part_rows: int = 200_000,
     max_copy_bytes: int = DEFAULT_MAX_COPY_BYTES,
@@ -331,11 +342,14 @@ def open_table_reader(
 
     Args:
       table: The table name.
-      server: A live server ('host:port' or a client): it is checkpointed first, and its
-        checkpoint directory must be readable from this process (same machine or a
-        shared file system).
+      server: A live server ('host:port' or a client). It is checkpointed into a private
+        copy (`checkpoints.take_private_checkpoint`), and its checkpoint directory is left
+        as it was; that directory must be readable and writable from this process (same
+        machine or a shared file system).
+      server_checkpoint_dir: With `server`, required: the directory the server checkpoints
+        to (Reverb deletes its other entries when it checkpoints; the export keeps them).
       checkpoint: A checkpoint directory (the server's `checkpoint_dir`, whose latest
-        checkpoint is used, or one checkpoint in it). Exactly one of the two.
+        checkpoint is used, or one checkpoint in it). Exactly one of `server` and this.
       max_copy_bytes: A checkpoint whose chunks file is at most this large is restored
         whole, in one temporary server; a larger one in parts of `part_rows`.
       part_rows: About how many rows (steps) one part holds: with `max_copy_bytes`, the
@@ -346,10 +360,12 @@ def open_table_reader(
       exits, and each temporary server stops after its part, on error and Ctrl-C too.
 
     Raises:
-      ValueError: If not exactly one of `server` and `checkpoint` is given.
-      ExportError: If there is no checkpoint, or it holds no such table, or the table has no
-        signature.
-      CheckpointError: If the live server cannot be checkpointed.
+      ValueError: If not exactly one of `server` and `checkpoint` is given, or `server`
+        without `server_checkpoint_dir` (or that with `checkpoint`).
+      ExportError: If the server holds no such table (checked before it is checkpointed),
+        there is no checkpoint, it holds no such table, or the table has no signature.
+      CheckpointError: If the live server cannot be checkpointed, or
+        `server_checkpoint_dir` is not where it checkpoints (`take_private_checkpoint`).
 
     Example:
       >>> with open_table_reader('replay', checkpoint='/ckpt') as reader:
@@ -359,21 +375,30 @@ def open_table_reader(
         raise ValueError(
             'Pass exactly one of server= (a live server) and checkpoint= (a directory).'
         )
+    if (server is None) != (server_checkpoint_dir is None):
+        raise ValueError(
+            'A live server is checkpointed for export, and Reverb then deletes the other '
+            "entries of the server's checkpoint directory (it keeps the newest only). Pass "
+            'server_checkpoint_dir= with server= (the directory the server checkpoints to: '
+            'its DefaultCheckpointer path, rlds-reverb serve --checkpoint-dir) so the export '
+            'keeps them, or export a checkpoint you took (client.checkpoint()) with '
+            'checkpoint=. server_checkpoint_dir= goes with server= only.'
+        )
     if part_rows < 1:
         raise ValueError(f'part_rows={part_rows} must be at least 1.')
-    if server is not None:
-        client = server if isinstance(server, reverb.Client) else reverb.Client(server)
-        checkpoint = checkpoints.checkpoint_server(client)
-    source = resolve_checkpoint(checkpoint)
-    root = pathlib.Path(tempfile.mkdtemp(prefix='rlds_reverb_export_'))
-    try:
+    with contextlib.ExitStack() as stack:
+        if server is not None:
+            client = server if isinstance(server, reverb.Client) else reverb.Client(server)
+            _check_server_table(client, table)
+            checkpoint = stack.enter_context(
+                checkpoints.take_private_checkpoint(client, server_checkpoint_dir)
+            )
+        source = resolve_checkpoint(checkpoint)
+        root = pathlib.Path(tempfile.mkdtemp(prefix='rlds_reverb_export_'))
+        stack.callback(shutil.rmtree, root, ignore_errors=True)
         reader = TableReader(
             table, source, root, part_rows=part_rows, max_copy_bytes=max_copy_bytes
         )
         files.remove_world_write(root)
-        try:
-            yield reader
-        finally:
-            reader.stop()
-    finally:
-        shutil.rmtree(root, ignore_errors=True)
+        stack.callback(reader.stop)
+        yield reader

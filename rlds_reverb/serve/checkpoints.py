@@ -9,12 +9,21 @@ with (reverb issues 64 and 118): a `SampleToInsertRatio` table whose samples had
 with its inserts blocks every sample of the restarted server, although nothing new needs to
 be inserted. `reset_rate_limiters` rewrites those counters, and `server.start_server` calls
 it by default before restoring.
+
+Reverb 0.14's checkpoint call keeps one entry of the server's checkpoint directory: after
+writing the new checkpoint it deletes every other file and directory there but the last by
+name (the new one, unless something sorts after it). `take_private_checkpoint` checkpoints
+a live server for the toolkit's own use and leaves that directory as it found it.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
+import shutil
+import tempfile
+from collections.abc import Iterator
 
 import numpy as np
 import reverb
@@ -124,3 +133,130 @@ def reset_rate_limiters(checkpoint_dir: os.PathLike | str) -> list[str]:
                 writer.write(table.SerializeToString())
         os.replace(staging, path)
     return changed
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)  # Same bytes, no copy, and it outlives Reverb's delete.
+    except OSError:
+        shutil.copy2(source, target)
+
+
+def _set_aside(root: pathlib.Path, kept: pathlib.Path) -> list[str]:
+    """Links (else copies) every entry of `root` into `kept`; returns their names."""
+    names = sorted(p.name for p in root.iterdir())
+    for name in names:
+        source, target = root / name, kept / name
+        if source.is_symlink():
+            os.symlink(os.readlink(source), target)
+        elif source.is_dir():
+            shutil.copytree(source, target, symlinks=True, copy_function=_link_or_copy)
+        else:
+            _link_or_copy(source, target)
+    return names
+
+
+def _put_back(root: pathlib.Path, kept: pathlib.Path, names: list[str]) -> None:
+    """Moves back into `root` the entries set aside that are no longer there."""
+    for name in names:
+        if not os.path.lexists(root / name):
+            shutil.move(kept / name, root / name)
+
+
+def _check_checkpoint_dir(root: pathlib.Path) -> None:
+    if not root.is_dir():
+        raise CheckpointError(
+            f'The server checkpoint directory {root} does not exist. Name the directory the '
+            'server checkpoints to (its DefaultCheckpointer path, rlds-reverb serve '
+            '--checkpoint-dir, or CHECKPOINT_DIR/server-i with --servers N); for a server that '
+            'has never checkpointed, create it empty first.'
+        )
+    entries = list(root.iterdir())
+    if entries and find_latest_checkpoint(root) is None:
+        raise CheckpointError(
+            f'{root} holds no Reverb checkpoint (a directory with {_DONE_FILE}), so it is not '
+            'the checkpoint directory of a server that has checkpointed, and a checkpoint '
+            "would delete the server's own: name the directory the server checkpoints to "
+            '(with rlds-reverb serve --servers N: CHECKPOINT_DIR/server-i). Nothing was '
+            'checkpointed.'
+        )
+
+
+def _make_holding_dir(root: pathlib.Path) -> pathlib.Path:
+    """A private directory next to `root` (links and renames stay on its file system)."""
+    try:
+        return pathlib.Path(
+            tempfile.mkdtemp(prefix=f'.{root.name}.kept-by-rlds-reverb-export-', dir=root.parent)
+        )
+    except OSError:  # The parent is not writable: copies in the temp directory instead.
+        return pathlib.Path(tempfile.mkdtemp(prefix='rlds_reverb_export_kept_'))
+
+
+@contextlib.contextmanager
+def take_private_checkpoint(
+    client: reverb.Client, checkpoint_dir: os.PathLike | str
+) -> Iterator[pathlib.Path]:
+    """Checkpoints a live server into a private copy, leaving its checkpoint directory as it was.
+
+    Reverb deletes every other entry of `checkpoint_dir` when it checkpoints, so its entries
+    are first linked (else copied) aside; once the checkpoint is written it is moved out to a
+    private directory and the entries Reverb deleted are moved back, before the body runs.
+    The directory then holds what it held before, byte for byte (the same files); only
+    during the checkpoint call itself are the old entries missing from it. The private copy
+    is removed when the context exits.
+
+    Args:
+      client: A client of the live server.
+      checkpoint_dir: The directory the server checkpoints to (its `DefaultCheckpointer`
+        path, `rlds-reverb serve --checkpoint-dir`): existing, and empty or holding a
+        complete Reverb checkpoint.
+
+    Yields:
+      The private checkpoint's path (a directory with `tables.tfrecord` and `DONE`).
+
+    Raises:
+      CheckpointError: If `checkpoint_dir` is missing or holds no Reverb checkpoint, the
+        server did not write the checkpoint (unreachable, or no checkpointer), wrote it
+        elsewhere, or Reverb deleted it (an entry of `checkpoint_dir` sorts after it).
+
+    Example:
+      >>> with take_private_checkpoint(reverb.Client('localhost:8000'), '/ckpt') as path:
+      ...     tables = read_table_checkpoints(path)
+    """
+    root = pathlib.Path(checkpoint_dir).expanduser().absolute()
+    _check_checkpoint_dir(root)
+    holding = _make_holding_dir(root)
+    kept = holding / 'kept'
+    private = holding / 'checkpoint'
+    remove_holding = True
+    try:
+        kept.mkdir()
+        names = _set_aside(root, kept)
+        try:
+            made = pathlib.Path(checkpoint_server(client))
+            if os.path.realpath(made.parent) != os.path.realpath(root):
+                raise CheckpointError(
+                    f'The server at {client.server_address} checkpoints to {made.parent}, not '
+                    f'to {root}; Reverb kept only the new checkpoint there. Name the directory '
+                    'the server checkpoints to.'
+                )
+            if not made.is_dir():
+                raise CheckpointError(
+                    f'Reverb deleted the checkpoint it had just written ({made.name}): {root} '
+                    'holds an entry whose name sorts after it, and Reverb keeps only the last '
+                    f'entry by name. {root} is as it was.'
+                )
+            shutil.move(made, private)
+        finally:
+            try:
+                _put_back(root, kept, names)
+            except OSError as e:
+                remove_holding = False
+                raise CheckpointError(
+                    f'Could not put back the entries of {root} that Reverb deleted when it '
+                    f'checkpointed ({e}); they are in {kept}: move them back into {root}.'
+                ) from e
+        yield private
+    finally:
+        if remove_holding:
+            shutil.rmtree(holding, ignore_errors=True)
