@@ -13,11 +13,13 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
 import pytest
 import reverb
+import tree
 
 from rlds_reverb.core import errors
 from rlds_reverb.data.loading import load, open_builder
@@ -26,6 +28,7 @@ from rlds_reverb.serve import table_info, tables
 from rlds_reverb.transform import items
 from rlds_reverb.transform.plans import count_items_per_episode, make_episode_plans
 from rlds_reverb.write import engines, resume
+from rlds_reverb.write import push as push_lib
 from tests import builders
 
 pipeline = pytest.importorskip('rlds_reverb.distribute.pipeline')  # The `beam` extra.
@@ -36,16 +39,24 @@ _INVALID = 4  # Its reward is NaN in the dataset with an invalid episode.
 _NO_BEAM_LOGS = {'TF_CPP_MIN_LOG_LEVEL': '3'}
 
 
-def _indexed_episode(index: int, length: int, *, invalid: bool = False) -> dict:
+def _indexed_episode(
+    index: int, length: int, *, invalid: bool = False, ending: str = builders.TERMINATED
+) -> dict:
     observation = np.stack([np.full(length, index), np.arange(length)], axis=1)
     reward = np.arange(length, dtype=np.float32)
     if invalid:
         reward[1] = np.nan
-    return builders.episode(length, observation=observation.astype(np.float32), reward=reward)
+    return builders.episode(
+        length, observation=observation.astype(np.float32), reward=reward, ending=ending
+    )
 
 
-def _write(directory, lengths, *, invalid=None, name='indexed', per_shard=3):
-    episodes = [_indexed_episode(i, n, invalid=i == invalid) for i, n in enumerate(lengths)]
+def _write(directory, lengths, *, invalid=None, name='indexed', per_shard=3, endings=None):
+    endings = endings or [builders.TERMINATED] * len(lengths)
+    episodes = [
+        _indexed_episode(i, n, invalid=i == invalid, ending=ending)
+        for i, (n, ending) in enumerate(zip(lengths, endings, strict=True))
+    ]
     return builders.write_tfds(directory, episodes, name=name, episodes_per_shard=per_shard)
 
 
@@ -226,6 +237,24 @@ def test_replayed_bundles_and_reruns_write_every_item_exactly_once(invalid_dir, 
     assert not placed[0] & placed[1]  # Every episode on one server, whole.
 
 
+def test_a_push_leaves_nothing_in_the_temp_dir(
+    dataset_dir, invalid_dir, servers, tmp_path, monkeypatch
+):
+    scratch = tmp_path / 'tmp'
+    scratch.mkdir()
+    monkeypatch.setenv('TMPDIR', str(scratch))
+    monkeypatch.setattr(tempfile, 'tempdir', str(scratch))
+    result = pipeline.push_with_beam(dataset_dir, servers, _TABLE)
+    assert result.items == len(_expected(_LENGTHS))
+    with pytest.raises(pipeline.DistributedPushError, match='is invalid'):  # Failing, too.
+        pipeline.push_with_beam(invalid_dir, servers, _TABLE)
+    assert sorted(os.listdir(scratch)) == []
+    given = tmp_path / 'results'  # A result_dir the caller gives is theirs: kept.
+    pipeline.push_with_beam(dataset_dir, servers, _TABLE, result_dir=str(given))
+    assert sorted(os.listdir(given)) == ['server-00000.json', 'server-00001.json']
+    assert sorted(os.listdir(scratch)) == []
+
+
 def test_a_server_down_at_start_is_named_before_any_work(dataset_dir, servers):
     dead = f'localhost:{_free_port()}'
     with pytest.raises(errors.ReverbConnectionError, match=f'{dead}.*Nothing was read or written'):
@@ -251,6 +280,66 @@ def test_options_are_checked_before_any_work(dataset_dir, servers):
         pipeline.push_with_beam(dataset_dir, [servers[0], servers[0]], _TABLE)
     with pytest.raises(errors.TableError, match="Could not find table 'other'"):
         pipeline.push_with_beam(dataset_dir, servers, 'other')
+
+
+# --- TFDS's default layout: shuffling allowed, shards of more than 16 episodes -----------------
+
+# Unequal lengths (1 to 60 steps), both endings, shards of 40, 40 and 10 episodes: TFDS (and
+# `load`) read such shards interleaved 16 episodes at a time, not in shard order.
+_LAYOUT_LENGTHS = np.random.default_rng(7).integers(1, 61, size=90).tolist()
+_LAYOUT_ENDINGS = [builders.ENDINGS[i % 2] for i in range(len(_LAYOUT_LENGTHS))]
+
+
+@pytest.fixture(scope='module')
+def layout_dir(tmp_path_factory):
+    return _write(
+        tmp_path_factory.mktemp('beam_layout'),
+        _LAYOUT_LENGTHS,
+        name='layout',
+        per_shard=40,
+        endings=_LAYOUT_ENDINGS,
+    )
+
+
+def _drain_items(address: str) -> list[tuple[int, tuple[bytes, ...]]]:
+    """Samples every item once (FIFO); returns each item's episode and contents (its bytes)."""
+    count = reverb.Client(address).server_info()[_TABLE].current_size
+    if count == 0:
+        return []
+    dataset = reverb.TrajectoryDataset.from_table_signature(
+        address, _TABLE, max_in_flight_samples_per_worker=16, rate_limiter_timeout_ms=2_000
+    )
+    found = []
+    for sample in dataset.take(count).batch(1024):
+        leaves = [leaf.numpy() for leaf in tree.flatten(sample.data)]
+        episodes = sample.data.observation.numpy()[:, 0, 0]  # The first step's episode.
+        found += [
+            (int(e), tuple(leaf[i].tobytes() for leaf in leaves)) for i, e in enumerate(episodes)
+        ]
+    return found
+
+
+@pytest.mark.parametrize('num_servers', [1, 2])
+def test_beam_push_of_tfds_default_layout_gives_the_items_push_gives(layout_dir, num_servers):
+    assert not open_builder(layout_dir).info.disable_shuffling  # TFDS's default.
+    signature = tables.signature_for(items.TwoStep(), load(layout_dir))
+    reference = reverb.Server([_fifo_table(signature)])
+    running = [reverb.Server([_fifo_table(signature)]) for _ in range(num_servers)]
+    addresses = [f'localhost:{s.port}' for s in running]
+    try:
+        push_lib.push(load(layout_dir), f'localhost:{reference.port}', _TABLE)
+        expected = _drain_items(f'localhost:{reference.port}')
+        assert len(expected) == len(set(expected))  # Each item names its origin.
+        result = pipeline.push_with_beam(layout_dir, addresses, _TABLE)
+        assert result.items == len(expected)
+        drained = [_drain_items(address) for address in addresses]
+        assert [len(d) for d in drained] == [s.items for s in result.servers]
+        assert sorted(item for d in drained for item in d) == sorted(expected)
+        placed = [{episode for episode, _ in d} for d in drained]
+        assert sum(len(p) for p in placed) == len(set().union(*placed))  # Whole episodes.
+    finally:
+        for server in [reference, *running]:
+            server.stop()
 
 
 # --- Faults: a worker killed mid-episode, a server killed and restarted -----------------------
