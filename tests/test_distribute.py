@@ -22,6 +22,7 @@ import reverb
 import tree
 
 from rlds_reverb.core import errors
+from rlds_reverb.data import cartpole
 from rlds_reverb.data.loading import load, open_builder
 from rlds_reverb.distribute import routing
 from rlds_reverb.serve import table_info, tables
@@ -210,7 +211,7 @@ def test_push_resumable_completes_a_partly_written_episode(dataset_dir, servers)
 
 
 @pytest.mark.slow
-def test_replayed_bundles_and_reruns_write_every_item_exactly_once(invalid_dir, servers):
+def test_replayed_bundles_and_reruns_write_every_item_exactly_once(invalid_dir, servers, tmp_path):
     options = ['--runner=DirectRunner', '--direct_runner_bundle_repeat=1']
     result = pipeline.push_with_beam(
         invalid_dir, servers, _TABLE, on_invalid='skip', pipeline_options=options
@@ -227,9 +228,16 @@ def test_replayed_bundles_and_reruns_write_every_item_exactly_once(invalid_dir, 
     assert abs(result.servers[0].items - result.servers[1].items) <= max(counts)
     assert 'spread' in result.format()
 
+    given = tmp_path / 'results'  # A result_dir the caller gives is theirs: kept.
     again = pipeline.push_with_beam(  # A re-run writes nothing: everything is there.
-        invalid_dir, servers, _TABLE, on_invalid='skip', pipeline_options=options
+        invalid_dir,
+        servers,
+        _TABLE,
+        on_invalid='skip',
+        pipeline_options=options,
+        result_dir=str(given),
     )
+    assert sorted(os.listdir(given)) == ['server-00000.json', 'server-00001.json']
     assert [s.inserted for s in again.servers] == [s.inserted for s in result.servers]
     drained = [_drain(address) for address in servers]
     assert sorted(drained[0] + drained[1]) == _expected(_LENGTHS, skip={_INVALID})
@@ -237,6 +245,7 @@ def test_replayed_bundles_and_reruns_write_every_item_exactly_once(invalid_dir, 
     assert not placed[0] & placed[1]  # Every episode on one server, whole.
 
 
+@pytest.mark.slow
 def test_a_push_leaves_nothing_in_the_temp_dir(
     dataset_dir, invalid_dir, servers, tmp_path, monkeypatch
 ):
@@ -248,10 +257,6 @@ def test_a_push_leaves_nothing_in_the_temp_dir(
     assert result.items == len(_expected(_LENGTHS))
     with pytest.raises(pipeline.DistributedPushError, match='is invalid'):  # Failing, too.
         pipeline.push_with_beam(invalid_dir, servers, _TABLE)
-    assert sorted(os.listdir(scratch)) == []
-    given = tmp_path / 'results'  # A result_dir the caller gives is theirs: kept.
-    pipeline.push_with_beam(dataset_dir, servers, _TABLE, result_dir=str(given))
-    assert sorted(os.listdir(given)) == ['server-00000.json', 'server-00001.json']
     assert sorted(os.listdir(scratch)) == []
 
 
@@ -284,10 +289,12 @@ def test_options_are_checked_before_any_work(dataset_dir, servers):
 
 # --- TFDS's default layout: shuffling allowed, shards of more than 16 episodes -----------------
 
-# Unequal lengths (1 to 60 steps), both endings, shards of 40, 40 and 10 episodes: TFDS (and
+# Unequal lengths (1 to 60 steps), both endings, shards of 25, 25 and 10 episodes: TFDS (and
 # `load`) read such shards interleaved 16 episodes at a time, not in shard order.
-_LAYOUT_LENGTHS = np.random.default_rng(7).integers(1, 61, size=90).tolist()
+_LAYOUT_LENGTHS = np.random.default_rng(7).integers(1, 61, size=60).tolist()
 _LAYOUT_ENDINGS = [builders.ENDINGS[i % 2] for i in range(len(_LAYOUT_LENGTHS))]
+# One worker: the count stage reads two groups of shards, one of them two shards long.
+_ONE_WORKER = ['--runner=DirectRunner', '--direct_num_workers=1']
 
 
 @pytest.fixture(scope='module')
@@ -296,13 +303,14 @@ def layout_dir(tmp_path_factory):
         tmp_path_factory.mktemp('beam_layout'),
         _LAYOUT_LENGTHS,
         name='layout',
-        per_shard=40,
+        per_shard=25,
         endings=_LAYOUT_ENDINGS,
     )
 
 
-def _drain_items(address: str) -> list[tuple[int, tuple[bytes, ...]]]:
-    """Samples every item once (FIFO); returns each item's episode and contents (its bytes)."""
+def _drain_items(address: str) -> list[tuple[float, tuple[bytes, ...]]]:
+    """Samples every item once (FIFO); returns each item's first observation value and
+    contents (every field's bytes)."""
     count = reverb.Client(address).server_info()[_TABLE].current_size
     if count == 0:
         return []
@@ -312,34 +320,52 @@ def _drain_items(address: str) -> list[tuple[int, tuple[bytes, ...]]]:
     found = []
     for sample in dataset.take(count).batch(1024):
         leaves = [leaf.numpy() for leaf in tree.flatten(sample.data)]
-        episodes = sample.data.observation.numpy()[:, 0, 0]  # The first step's episode.
+        origins = sample.data.observation.numpy()[:, 0, 0]  # First step, first value.
         found += [
-            (int(e), tuple(leaf[i].tobytes() for leaf in leaves)) for i, e in enumerate(episodes)
+            (float(o), tuple(leaf[i].tobytes() for leaf in leaves)) for i, o in enumerate(origins)
         ]
     return found
 
 
-@pytest.mark.parametrize('num_servers', [1, 2])
-def test_beam_push_of_tfds_default_layout_gives_the_items_push_gives(layout_dir, num_servers):
-    assert not open_builder(layout_dir).info.disable_shuffling  # TFDS's default.
-    signature = tables.signature_for(items.TwoStep(), load(layout_dir))
-    reference = reverb.Server([_fifo_table(signature)])
-    running = [reverb.Server([_fifo_table(signature)]) for _ in range(num_servers)]
+def _push_with_beam_and_push(path, num_servers: int, options=None):
+    """Pushes with Beam into `num_servers` servers and with `push` into one; checks that
+    the servers hold the same items, each once; returns the Beam servers' items."""
+    assert not open_builder(path).info.disable_shuffling  # TFDS's default.
+    signature = tables.signature_for(items.TwoStep(), load(path))
+    reference = reverb.Server([_fifo_table(signature, max_size=100_000)])
+    running = [
+        reverb.Server([_fifo_table(signature, max_size=100_000)]) for _ in range(num_servers)
+    ]
     addresses = [f'localhost:{s.port}' for s in running]
     try:
-        push_lib.push(load(layout_dir), f'localhost:{reference.port}', _TABLE)
-        expected = _drain_items(f'localhost:{reference.port}')
-        assert len(expected) == len(set(expected))  # Each item names its origin.
-        result = pipeline.push_with_beam(layout_dir, addresses, _TABLE)
+        push_lib.push(load(path), f'localhost:{reference.port}', _TABLE)
+        expected = sorted(_drain_items(f'localhost:{reference.port}'))
+        result = pipeline.push_with_beam(path, addresses, _TABLE, pipeline_options=options)
         assert result.items == len(expected)
         drained = [_drain_items(address) for address in addresses]
         assert [len(d) for d in drained] == [s.items for s in result.servers]
-        assert sorted(item for d in drained for item in d) == sorted(expected)
-        placed = [{episode for episode, _ in d} for d in drained]
-        assert sum(len(p) for p in placed) == len(set().union(*placed))  # Whole episodes.
+        assert sorted(item for d in drained for item in d) == expected
+        return drained
     finally:
         for server in [reference, *running]:
             server.stop()
+
+
+@pytest.mark.parametrize('num_servers', [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_beam_push_of_tfds_default_layout_gives_the_items_push_gives(layout_dir, num_servers):
+    drained = _push_with_beam_and_push(layout_dir, num_servers, _ONE_WORKER)
+    assert len({contents for d in drained for _, contents in d}) == sum(map(len, drained))
+    placed = [{int(episode) for episode, _ in d} for d in drained]
+    assert sum(len(p) for p in placed) == len(set().union(*placed))  # Whole episodes.
+    # Each server's episodes are one index range (its writer reads those shards only).
+    ranges = [(min(p), max(p)) for p in placed]
+    assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+
+
+@pytest.mark.slow
+def test_beam_push_of_the_embedded_cartpole_dataset_gives_the_items_push_gives(tmp_path):
+    path = cartpole.generate(tmp_path)  # The defaults: 250 episodes, shards of 100, 100, 50.
+    _push_with_beam_and_push(path, 2)
 
 
 # --- Faults: a worker killed mid-episode, a server killed and restarted -----------------------
