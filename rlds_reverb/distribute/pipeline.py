@@ -581,9 +581,11 @@ def push_with_beam(
       engine: Which Reverb writer (`engines.EngineKind`).
       pipeline_options: Beam options (`PipelineOptions` or flags such as
         `['--runner=DirectRunner', '--direct_num_workers=2',
-        '--direct_running_mode=multi_processing']`); default: the DirectRunner.
+        '--direct_running_mode=multi_processing']`); default: the DirectRunner (run on
+        Beam's FnApiRunner, see `_make_runner`).
       result_dir: Where writers leave their counts (a directory every worker and this
-        process can reach, e.g. `gs://...` on Dataflow); default: a local temp dir.
+        process can reach, e.g. `gs://...` on Dataflow; kept); default: a private local
+        temp dir, removed when the push ends.
       progress: Optional `fn(items)`, called about every 0.5 s with the items the servers
         gained so far.
 
