@@ -143,6 +143,12 @@ def test_assign_servers_balances_items_and_is_stable():
     per_server = [sum(c for c, s in zip(counts, placement, strict=True) if s == k) for k in (0, 1)]
     assert abs(per_server[0] - per_server[1]) <= max(counts)
     assert routing.assign_servers([5, 1, 1, 3], 2).tolist() == [0, 1, 1, 1]
+    for num_servers in range(1, 6):  # One consecutive range each, within one episode's items.
+        placement = routing.assign_servers(counts, num_servers)
+        assert (np.diff(placement) >= 0).all() and placement.max() < num_servers
+        per_server = np.bincount(placement, weights=counts, minlength=num_servers)
+        assert (abs(per_server - sum(counts) / num_servers) <= max(counts)).all()
+    assert routing.assign_servers([0, 0, 0, 0], 2).tolist() == [0, 0, 1, 1]  # No items.
     assert routing.compute_spread([100, 100]) == 0.0
     with pytest.raises(ValueError, match='num_servers=0'):
         routing.assign_servers(counts, 0)
