@@ -13,19 +13,23 @@ import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 
 import numpy as np
 import pytest
 import reverb
+import tree
 
 from rlds_reverb.core import errors
+from rlds_reverb.data import cartpole
 from rlds_reverb.data.loading import load, open_builder
 from rlds_reverb.distribute import routing
 from rlds_reverb.serve import table_info, tables
 from rlds_reverb.transform import items
 from rlds_reverb.transform.plans import count_items_per_episode, make_episode_plans
 from rlds_reverb.write import engines, resume
+from rlds_reverb.write import push as push_lib
 from tests import builders
 
 pipeline = pytest.importorskip('rlds_reverb.distribute.pipeline')  # The `beam` extra.
@@ -36,16 +40,24 @@ _INVALID = 4  # Its reward is NaN in the dataset with an invalid episode.
 _NO_BEAM_LOGS = {'TF_CPP_MIN_LOG_LEVEL': '3'}
 
 
-def _indexed_episode(index: int, length: int, *, invalid: bool = False) -> dict:
+def _indexed_episode(
+    index: int, length: int, *, invalid: bool = False, ending: str = builders.TERMINATED
+) -> dict:
     observation = np.stack([np.full(length, index), np.arange(length)], axis=1)
     reward = np.arange(length, dtype=np.float32)
     if invalid:
         reward[1] = np.nan
-    return builders.episode(length, observation=observation.astype(np.float32), reward=reward)
+    return builders.episode(
+        length, observation=observation.astype(np.float32), reward=reward, ending=ending
+    )
 
 
-def _write(directory, lengths, *, invalid=None, name='indexed', per_shard=3):
-    episodes = [_indexed_episode(i, n, invalid=i == invalid) for i, n in enumerate(lengths)]
+def _write(directory, lengths, *, invalid=None, name='indexed', per_shard=3, endings=None):
+    endings = endings or [builders.TERMINATED] * len(lengths)
+    episodes = [
+        _indexed_episode(i, n, invalid=i == invalid, ending=ending)
+        for i, (n, ending) in enumerate(zip(lengths, endings, strict=True))
+    ]
     return builders.write_tfds(directory, episodes, name=name, episodes_per_shard=per_shard)
 
 
@@ -131,6 +143,12 @@ def test_assign_servers_balances_items_and_is_stable():
     per_server = [sum(c for c, s in zip(counts, placement, strict=True) if s == k) for k in (0, 1)]
     assert abs(per_server[0] - per_server[1]) <= max(counts)
     assert routing.assign_servers([5, 1, 1, 3], 2).tolist() == [0, 1, 1, 1]
+    for num_servers in range(1, 6):  # One consecutive range each, within one episode's items.
+        placement = routing.assign_servers(counts, num_servers)
+        assert (np.diff(placement) >= 0).all() and placement.max() < num_servers
+        per_server = np.bincount(placement, weights=counts, minlength=num_servers)
+        assert (abs(per_server - sum(counts) / num_servers) <= max(counts)).all()
+    assert routing.assign_servers([0, 0, 0, 0], 2).tolist() == [0, 0, 1, 1]  # No items.
     assert routing.compute_spread([100, 100]) == 0.0
     with pytest.raises(ValueError, match='num_servers=0'):
         routing.assign_servers(counts, 0)
@@ -199,7 +217,7 @@ def test_push_resumable_completes_a_partly_written_episode(dataset_dir, servers)
 
 
 @pytest.mark.slow
-def test_replayed_bundles_and_reruns_write_every_item_exactly_once(invalid_dir, servers):
+def test_replayed_bundles_and_reruns_write_every_item_exactly_once(invalid_dir, servers, tmp_path):
     options = ['--runner=DirectRunner', '--direct_runner_bundle_repeat=1']
     result = pipeline.push_with_beam(
         invalid_dir, servers, _TABLE, on_invalid='skip', pipeline_options=options
@@ -216,14 +234,36 @@ def test_replayed_bundles_and_reruns_write_every_item_exactly_once(invalid_dir, 
     assert abs(result.servers[0].items - result.servers[1].items) <= max(counts)
     assert 'spread' in result.format()
 
+    given = tmp_path / 'results'  # A result_dir the caller gives is theirs: kept.
     again = pipeline.push_with_beam(  # A re-run writes nothing: everything is there.
-        invalid_dir, servers, _TABLE, on_invalid='skip', pipeline_options=options
+        invalid_dir,
+        servers,
+        _TABLE,
+        on_invalid='skip',
+        pipeline_options=options,
+        result_dir=str(given),
     )
+    assert sorted(os.listdir(given)) == ['server-00000.json', 'server-00001.json']
     assert [s.inserted for s in again.servers] == [s.inserted for s in result.servers]
     drained = [_drain(address) for address in servers]
     assert sorted(drained[0] + drained[1]) == _expected(_LENGTHS, skip={_INVALID})
     placed = [{e for e, _ in origins} for origins in drained]
     assert not placed[0] & placed[1]  # Every episode on one server, whole.
+
+
+@pytest.mark.slow
+def test_a_push_leaves_nothing_in_the_temp_dir(
+    dataset_dir, invalid_dir, servers, tmp_path, monkeypatch
+):
+    scratch = tmp_path / 'tmp'
+    scratch.mkdir()
+    monkeypatch.setenv('TMPDIR', str(scratch))
+    monkeypatch.setattr(tempfile, 'tempdir', str(scratch))
+    result = pipeline.push_with_beam(dataset_dir, servers, _TABLE)
+    assert result.items == len(_expected(_LENGTHS))
+    with pytest.raises(pipeline.DistributedPushError, match='is invalid'):  # Failing, too.
+        pipeline.push_with_beam(invalid_dir, servers, _TABLE)
+    assert sorted(os.listdir(scratch)) == []
 
 
 def test_a_server_down_at_start_is_named_before_any_work(dataset_dir, servers):
@@ -251,6 +291,87 @@ def test_options_are_checked_before_any_work(dataset_dir, servers):
         pipeline.push_with_beam(dataset_dir, [servers[0], servers[0]], _TABLE)
     with pytest.raises(errors.TableError, match="Could not find table 'other'"):
         pipeline.push_with_beam(dataset_dir, servers, 'other')
+
+
+# --- TFDS's default layout: shuffling allowed, shards of more than 16 episodes -----------------
+
+# Unequal lengths (1 to 60 steps), both endings, shards of 25, 25 and 10 episodes: TFDS (and
+# `load`) read such shards interleaved 16 episodes at a time, not in shard order.
+_LAYOUT_LENGTHS = np.random.default_rng(7).integers(1, 61, size=60).tolist()
+_LAYOUT_ENDINGS = [builders.ENDINGS[i % 2] for i in range(len(_LAYOUT_LENGTHS))]
+# One worker: the count stage reads two groups of shards, one of them two shards long.
+_ONE_WORKER = ['--runner=DirectRunner', '--direct_num_workers=1']
+
+
+@pytest.fixture(scope='module')
+def layout_dir(tmp_path_factory):
+    return _write(
+        tmp_path_factory.mktemp('beam_layout'),
+        _LAYOUT_LENGTHS,
+        name='layout',
+        per_shard=25,
+        endings=_LAYOUT_ENDINGS,
+    )
+
+
+def _drain_items(address: str) -> list[tuple[float, tuple[bytes, ...]]]:
+    """Samples every item once (FIFO); returns each item's first observation value and
+    contents (every field's bytes)."""
+    count = reverb.Client(address).server_info()[_TABLE].current_size
+    if count == 0:
+        return []
+    dataset = reverb.TrajectoryDataset.from_table_signature(
+        address, _TABLE, max_in_flight_samples_per_worker=16, rate_limiter_timeout_ms=2_000
+    )
+    found = []
+    for sample in dataset.take(count).batch(1024):
+        leaves = [leaf.numpy() for leaf in tree.flatten(sample.data)]
+        origins = sample.data.observation.numpy()[:, 0, 0]  # First step, first value.
+        found += [
+            (float(o), tuple(leaf[i].tobytes() for leaf in leaves)) for i, o in enumerate(origins)
+        ]
+    return found
+
+
+def _push_with_beam_and_push(path, num_servers: int, options=None):
+    """Pushes with Beam into `num_servers` servers and with `push` into one; checks that
+    the servers hold the same items, each once; returns the Beam servers' items."""
+    assert not open_builder(path).info.disable_shuffling  # TFDS's default.
+    signature = tables.signature_for(items.TwoStep(), load(path))
+    reference = reverb.Server([_fifo_table(signature, max_size=100_000)])
+    running = [
+        reverb.Server([_fifo_table(signature, max_size=100_000)]) for _ in range(num_servers)
+    ]
+    addresses = [f'localhost:{s.port}' for s in running]
+    try:
+        push_lib.push(load(path), f'localhost:{reference.port}', _TABLE)
+        expected = sorted(_drain_items(f'localhost:{reference.port}'))
+        result = pipeline.push_with_beam(path, addresses, _TABLE, pipeline_options=options)
+        assert result.items == len(expected)
+        drained = [_drain_items(address) for address in addresses]
+        assert [len(d) for d in drained] == [s.items for s in result.servers]
+        assert sorted(item for d in drained for item in d) == expected
+        return drained
+    finally:
+        for server in [reference, *running]:
+            server.stop()
+
+
+@pytest.mark.parametrize('num_servers', [1, pytest.param(2, marks=pytest.mark.slow)])
+def test_beam_push_of_tfds_default_layout_gives_the_items_push_gives(layout_dir, num_servers):
+    drained = _push_with_beam_and_push(layout_dir, num_servers, _ONE_WORKER)
+    assert len({contents for d in drained for _, contents in d}) == sum(map(len, drained))
+    placed = [{int(episode) for episode, _ in d} for d in drained]
+    assert sum(len(p) for p in placed) == len(set().union(*placed))  # Whole episodes.
+    # Each server's episodes are one index range (its writer reads those shards only).
+    ranges = [(min(p), max(p)) for p in placed]
+    assert all(a[1] < b[0] for a, b in zip(ranges, ranges[1:], strict=False))
+
+
+@pytest.mark.slow
+def test_beam_push_of_the_embedded_cartpole_dataset_gives_the_items_push_gives(tmp_path):
+    path = cartpole.generate(tmp_path)  # The defaults: 250 episodes, shards of 100, 100, 50.
+    _push_with_beam_and_push(path, 2)
 
 
 # --- Faults: a worker killed mid-episode, a server killed and restarted -----------------------

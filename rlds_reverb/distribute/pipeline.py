@@ -3,22 +3,31 @@
 The same pipeline runs on Beam's DirectRunner on one machine and on Flink, Spark or
 Dataflow in a cluster (README, "Beyond one machine"). Its stages:
 
+Episodes are numbered in shard order (`routing`: the first shard file's episodes, then the
+second's), and every stage reads an index range the same way (`_read_range`: a split slice
+read one shard after the other), so the count and the writers see the same episode under
+the same index. (A read of the whole split interleaves shards 16 episodes at a time unless
+the dataset disables shuffling, TFDS' default; its positions are not these indices.)
+
 1. **Count** (parallel by groups of neighbouring shard files, two per worker): each worker
-   reads its group's episodes (`builder.info.splits[split].file_instructions`), validates them and counts their items
+   reads its group's index range (`builder.info.splits[split].file_instructions`),
+   validates the episodes and counts their items
    (`rlds_reverb.transform.plans.summarize_episodes`; no rows are built). Invalid episodes
    raise (`on_invalid='raise'`: before anything is written, as the writers wait for every
    count) or are counted and dropped (`'skip'`).
-2. **Route**: every episode goes to a server by `routing.assign_servers` (balanced item
-   counts, a function of the dataset, split, item kind and server list only). Only this
-   metadata (index, steps, items) crosses Beam's shuffle, never the episodes' data.
-3. **Write** (one writer per (server, table) partition): the writer reads its own episodes
-   from the dataset, plans them (rows, item windows, priorities) and writes them in index
+2. **Route**: the episodes are cut into one consecutive index range per server by
+   `routing.assign_servers` (balanced item counts, a function of the dataset, split, item
+   kind and server list only). Only this metadata (index, steps, items) crosses Beam's
+   shuffle, never the episodes' data.
+3. **Write** (one writer per (server, table) partition): the writer reads its own index
+   range only (so the writers together read the dataset once, whatever the number of
+   servers), plans the episodes (rows, item windows, priorities) and writes them in index
    order with `push`'s writer engines, streaming as `push` does (memory stays flat in the
    dataset's size). The writer first reads the table's insert count and skips what the
    table already holds, down to single items of a partly written episode
-   (`rlds_reverb.write.resume.find_resume_point`). A replayed bundle, a worker killed part
-   way, or a server restarted from a checkpoint followed by a re-run therefore leave every
-   item in its server exactly once.
+   (`rlds_reverb.write.resume.find_resume_point`), and reads from there. A replayed bundle,
+   a worker killed part way, or a server restarted from a checkpoint followed by a re-run
+   therefore leave every item in its server exactly once.
 
 Exactly once assumes: one pipeline at a time writes the table (no concurrent speculative
 attempts of a partition's writer), the table holds only this dataset's items for this
@@ -32,6 +41,7 @@ import dataclasses
 import json
 import os
 import re
+import shutil
 import tempfile
 import threading
 import time
@@ -42,6 +52,7 @@ import apache_beam as beam
 import numpy as np
 import reverb
 import tensorflow as tf
+import tensorflow_datasets as tfds
 import tree
 from apache_beam.io.filesystems import FileSystems
 from apache_beam.options.pipeline_options import (
@@ -171,6 +182,21 @@ class BeamPushResult:
         return '\n'.join(lines)
 
 
+def _read_range(job: _Job, first: int, count: int) -> tf.data.Dataset:
+    """Returns the split's episodes `first..first+count-1` (shard order), as every stage reads.
+
+    A split slice reads the shards it spans one after the other (interleave cycle of 1),
+    so the i-th episode read is episode `first + i` whatever the dataset's shuffling
+    setting. No autocache: memory stays flat in the dataset's size.
+    """
+    return loading.load(
+        job.dataset_dir,
+        split=f'{job.split}[{first}:{first + count}]',
+        check_files=False,
+        read_config=tfds.ReadConfig(interleave_cycle_length=1, try_autocache=False),
+    )
+
+
 # --- Stage 1: count each shard's episodes --------------------------------------------------
 
 
@@ -183,11 +209,7 @@ class _CountShard(beam.DoFn):
     def process(self, shard: routing.ShardRange):
         job = self._job
         try:
-            episodes = loading.load(
-                job.dataset_dir,
-                split=f'{job.split}[{shard.first}:{shard.first + shard.count}]',
-                check_files=False,
-            )
+            episodes = _read_range(job, shard.first, shard.count)
             checker = validation.EpisodeChecker(specs.get_step_spec(episodes))
             counted = summarize_episodes(episodes, job.item)
             for local, element in validation.read_episodes(counted):
@@ -229,7 +251,7 @@ def _place(counts: list[tuple[int, int]], num_servers: int) -> dict[int, int]:
 
 def _one_line(error: BaseException) -> str:
     text = ' '.join(str(error).split())
-    return text if text.endswith('.') else text + '.'
+    return text if text.endswith(('.', '?', '!')) else text + '.'
 
 
 def _result_path(result_dir: str, position: int) -> str:
@@ -269,20 +291,20 @@ class _WritePartition(beam.DoFn):
 def _plan_episodes(job: _Job, indices: Sequence[int]) -> tf.data.Dataset:
     """Returns the plans of the split's episodes at `indices` (ascending), in that order.
 
-    The writer reads the whole split and keeps its own episodes: reading and decoding run
-    far faster than writing, and the shuffle then never carries episode data.
+    The writer reads only the index range from its first episode to its last (one range
+    per server, `routing.assign_servers`) and drops the skipped episodes in it; the shuffle
+    never carries episode data.
     """
-    wanted = np.zeros(max(indices) + 1, dtype=bool)
-    wanted[list(indices)] = True
+    first = indices[0]
+    wanted = np.zeros(indices[-1] - first + 1, dtype=bool)
+    wanted[np.asarray(indices) - first] = True
     wanted = tf.constant(wanted)
-    last = len(wanted) - 1
-    loaded = loading.load(job.dataset_dir, split=job.split, check_files=False)
+    loaded = _read_range(job, first, len(wanted))
     picked = (
         episodes_lib.to_whole_episodes(loaded)
-        .take(last + 1)
         .enumerate()
-        .filter(lambda i, _: wanted[i])
-        .map(lambda _, episode: episode)
+        .filter(episodes_lib.without_autograph(lambda i, _: wanted[i]))
+        .map(episodes_lib.without_autograph(lambda _, episode: episode))
     )
     return make_episode_plans(
         episodes_lib.from_whole_episodes(picked),
@@ -467,6 +489,37 @@ def _make_options(pipeline_options) -> PipelineOptions:
     return PipelineOptions(list(pipeline_options))
 
 
+# Runner names that mean Beam's DirectRunner (`--runner` is matched case-insensitively).
+_DIRECT_RUNNERS = ('direct', 'directrunner', 'switchingdirectrunner')
+
+
+def _make_runner(options: PipelineOptions):
+    """Returns the FnApiRunner for the DirectRunner (or no runner named); else None.
+
+    Beam 2.77's DirectRunner first tries its Prism runner, which downloads a binary from
+    GitHub on every run until cached and leaves folders in the temp directory, and falls
+    back to the FnApiRunner (also without a network). The pipeline runs, and is tested, on
+    the FnApiRunner, built as the DirectRunner builds it (`direct_num_workers`,
+    `direct_running_mode` and the other DirectRunner options apply); `--runner=PrismRunner`
+    still chooses Prism.
+    """
+    runner = options.view_as(StandardOptions).runner
+    if runner is not None and (
+        not isinstance(runner, str) or runner.lower() not in _DIRECT_RUNNERS
+    ):
+        return None
+    from apache_beam.portability.api import beam_provision_api_pb2
+    from apache_beam.runners.portability.fn_api_runner import fn_runner
+    from apache_beam.runners.portability.portable_runner import JobServiceHandle
+
+    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
+    return fn_runner.FnApiRunner(
+        provision_info=fn_runner.ExtendedProvisionInfo(
+            beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
+        )
+    )
+
+
 def build_pipeline(pipeline: beam.Pipeline, job: _Job, shards: list[routing.ShardRange]):
     """Adds the count, route and write stages to `pipeline`; returns the written counts."""
     counted = (
@@ -528,9 +581,11 @@ def push_with_beam(
       engine: Which Reverb writer (`engines.EngineKind`).
       pipeline_options: Beam options (`PipelineOptions` or flags such as
         `['--runner=DirectRunner', '--direct_num_workers=2',
-        '--direct_running_mode=multi_processing']`); default: the DirectRunner.
+        '--direct_running_mode=multi_processing']`); default: the DirectRunner (run on
+        Beam's FnApiRunner, see `_make_runner`).
       result_dir: Where writers leave their counts (a directory every worker and this
-        process can reach, e.g. `gs://...` on Dataflow); default: a local temp dir, 0700.
+        process can reach, e.g. `gs://...` on Dataflow; kept); default: a private (0700) local
+        temp dir, removed when the push ends.
       progress: Optional `fn(items)`, called about every 0.5 s with the items the servers
         gained so far.
 
@@ -577,6 +632,8 @@ def push_with_beam(
     validation.check_step_spec(specs.get_step_spec(episodes))
     item_spec = item.compute_item_spec(episodes, policy_info_fn=policy_info_fn)
     before = _check_servers(addresses, table, item_spec, timeout_ms)
+    # Our own result directory (mkdtemp: mode 0700) goes when the push ends, also on failure.
+    own_result_dir = None if result_dir else tempfile.mkdtemp(prefix='rlds_reverb_beam_')
     job = _Job(
         dataset_dir=os.fspath(builder.data_dir),
         split=split,
@@ -590,11 +647,22 @@ def push_with_beam(
         timeout_ms=timeout_ms,
         max_in_flight_items=max_in_flight_items,
         allow_eviction=allow_eviction,
-        result_dir=result_dir or tempfile.mkdtemp(prefix='rlds_reverb_beam_'),
+        result_dir=result_dir or own_result_dir,
     )
-    pipeline = beam.Pipeline(options=options)
+    try:
+        result = _run_pipeline(job, options, shards, before, progress)
+    finally:
+        if own_result_dir:
+            shutil.rmtree(own_result_dir, ignore_errors=True)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def _run_pipeline(job: _Job, options, shards, before: dict, progress) -> BeamPushResult:
+    """Runs the pipeline of one push; returns what the writers and the servers report."""
+    pipeline = beam.Pipeline(runner=_make_runner(options), options=options)
     build_pipeline(pipeline, job, shards)
-    poller = _ProgressPoller(addresses, table, before, progress) if progress else None
+    poller = _ProgressPoller(job.servers, job.table, before, progress) if progress else None
     try:
         if poller:
             poller.__enter__()
@@ -604,9 +672,7 @@ def push_with_beam(
     finally:
         if poller:
             poller.__exit__()
-    result = _collect(job, before)
-    result.seconds = time.perf_counter() - started
-    return result
+    return _collect(job, before)
 
 
 def _describe_failure(error: Exception, job: _Job, before: dict) -> DistributedPushError:

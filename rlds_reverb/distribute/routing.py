@@ -8,17 +8,21 @@ tests use these plain functions.
 * `group_shard_ranges` joins neighbouring ranges into fewer, balanced ones: each read
   costs a fixed set-up (opening the dataset, tracing its functions), which small shards
   would pay many times over.
-* `assign_servers` places each episode on a server: in episode-index order, each episode
-  goes to the server with the fewest items so far (ties: the first in the list). It is a
-  function of the dataset, the split, the item kind and the server list only, so a re-run
-  places every episode where it went before, and the servers' item counts differ by at most
-  one episode's items.
+* `assign_servers` places each episode on a server: the episodes, in index order, are cut
+  into one consecutive run per server with balanced item counts (each within one episode's
+  items of the mean). It is a function of the dataset, the split, the item kind and the
+  server list only, so a re-run places every episode where it went before; and each
+  server's episodes are one index range, so its writer reads only the shards holding them.
+
+Episode indices count in shard order: the episodes of the split's first shard file, then
+the second's, as TFDS' split slices (`'train[a:b]'`) number them. A read of the whole split
+may give another order (TFDS interleaves shards 16 episodes at a time unless the dataset
+disables shuffling); the pipeline reads index ranges in shard order only.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import heapq
 from collections.abc import Sequence
 
 import numpy as np
@@ -106,18 +110,23 @@ def group_shard_ranges(ranges: Sequence[ShardRange], num_groups: int) -> list[Sh
 
 
 def assign_servers(counts: Sequence[int], num_servers: int) -> np.ndarray:
-    """Returns the server position of each episode, balancing the servers' item counts.
+    """Returns the server position of each episode: consecutive runs of balanced item counts.
 
-    Episodes are placed in index order, each on the server holding the fewest items so far
-    (ties: the lowest position). Episodes that give no items (invalid, skipped) go to the
-    server holding the fewest episodes so far, so that they are counted somewhere.
+    The episodes, in index order, are cut into `num_servers` consecutive runs, the first
+    on server 0: each cut falls on the episode boundary nearest to the next multiple of
+    total / `num_servers` items (ties: the earlier boundary). Each server's items are
+    therefore within one episode's items of the mean, and a server's episodes are one
+    index range, which its writer reads alone (a few neighbouring shards). Episodes that
+    give no items (invalid, skipped) stay in the run they fall in; when no episode gives
+    items, the runs balance episode counts instead.
 
     Args:
       counts: The items of each episode, by episode index.
       num_servers: How many servers.
 
     Returns:
-      int64 `[len(counts)]`: the server position (0..num_servers-1) of each episode.
+      int64 `[len(counts)]`: the server position (0..num_servers-1) of each episode,
+      non-decreasing.
 
     Raises:
       ValueError: If `num_servers` < 1.
@@ -127,13 +136,19 @@ def assign_servers(counts: Sequence[int], num_servers: int) -> np.ndarray:
     """
     if num_servers < 1:
         raise ValueError(f'num_servers={num_servers} is not valid; expected >= 1.')
-    heap = [(0, 0, server) for server in range(num_servers)]  # (items, episodes, server)
-    placement = np.empty(len(counts), dtype=np.int64)
-    for index, count in enumerate(counts):
-        items, episodes, server = heapq.heappop(heap)
-        placement[index] = server
-        heapq.heappush(heap, (items + int(count), episodes + 1, server))
-    return placement
+    weights = np.asarray(counts, dtype=np.int64).reshape(-1)
+    if not weights.sum():
+        weights = np.ones_like(weights)
+    # before[i]: the items of episodes 0..i-1, so boundary i precedes episode i.
+    before = np.concatenate([[0], np.cumsum(weights)])
+    targets = before[-1] * np.arange(1, num_servers) / num_servers
+    above = np.searchsorted(before, targets, side='left')  # First boundary >= target.
+    below = np.maximum(above - 1, 0)
+    nearer_below = (targets - before[below]) <= (
+        before[np.minimum(above, len(before) - 1)] - targets
+    )
+    cuts = np.where(nearer_below, below, above)
+    return np.searchsorted(cuts, np.arange(len(weights)), side='right').astype(np.int64)
 
 
 def describe_spread(items_per_server: Sequence[int]) -> str:
