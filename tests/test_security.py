@@ -237,13 +237,20 @@ def test_the_beam_pipelines_default_result_dir_is_private(
     monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))
     signature = tables.signature_for(items.TwoStep(), loading.load(cartpole_dir))
     running = server.start_server([tables.uniform('replay', max_size=10**5, signature=signature)])
+    modes = set()  # The directory's mode while the push runs (it is removed at the end).
+
+    def record_modes(_):
+        modes.update(_read_mode(path) for path in tmp_path.glob('rlds_reverb_beam_*'))
+
     try:
-        result = pipeline.push_with_beam(cartpole_dir, [f'localhost:{running.port}'], 'replay')
+        result = pipeline.push_with_beam(
+            cartpole_dir, [f'localhost:{running.port}'], 'replay', progress=record_modes
+        )
     finally:
         running.stop()
     assert result.servers[0].inserted > 0
-    (result_dir,) = tmp_path.glob('rlds_reverb_beam_*')
-    assert _read_mode(result_dir) == 0o700
+    assert modes == {0o700}
+    assert not list(tmp_path.glob('rlds_reverb_beam_*'))
 
 
 @pytest.mark.slow  # Generates the demo's 250 CartPole episodes: about 10-20 s.
