@@ -179,3 +179,20 @@ def test_cli_push_rejects_bad_resume_options(cartpole_dir, run_cli, options, mes
     code, _, err = run_cli('push', cartpole_dir, '--server', 'localhost:1', *options)
     assert code == cli.EXIT_ERROR
     assert message in err
+
+
+def test_a_server_without_a_checkpoint_dir_leaves_no_temp_dir(tmp_path, monkeypatch):
+    """Reverb's own default checkpointer makes a temp dir it never removes; ours goes."""
+    import tempfile
+
+    from rlds_reverb.serve import server
+
+    monkeypatch.setattr(tempfile, 'tempdir', str(tmp_path))
+    running = server.start_server([tables.uniform('replay', max_size=10)])
+    try:
+        (scratch,) = tmp_path.iterdir()
+        reverb.Client(f'localhost:{running.port}').checkpoint()
+        assert checkpoints.find_latest_checkpoint(scratch) is not None
+    finally:
+        running.stop()
+    assert list(tmp_path.iterdir()) == []
