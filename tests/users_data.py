@@ -71,6 +71,10 @@ class UsersSpec:
       terminated: Per episode, whether it ends terminated (else truncated); default: a
         seeded draw, both endings present when there are two or more episodes.
       seed: Seeds every value.
+      flag_discounts: Whether a terminated episode has discount 0 into and on its terminal
+        step, as push's items carry it (then push and export give back the data exactly);
+        by default the discounts there are as random as elsewhere (Open X-Embodiment data
+        leaves them at 1).
     """
 
     lengths: tuple[int, ...]
@@ -79,6 +83,7 @@ class UsersSpec:
     strings: bool = True
     terminated: tuple[bool, ...] | None = None
     seed: int = 0
+    flag_discounts: bool = False
 
     def endings(self) -> tuple[bool, ...]:
         """Per episode, True when it is terminated."""
@@ -118,6 +123,8 @@ def make_episode(spec: UsersSpec, index: int, terminated: bool) -> dict:
     if spec.images:
         observation[IMAGE] = rng.integers(0, 256, size=(length, *IMAGE_SHAPE), dtype=np.uint8)
     discount = np.where(rng.random(length) < 0.9, 1.0, rng.random(length)).astype(np.float32)
+    if spec.flag_discounts and terminated:
+        discount[-2:] = 0
     reward = rng.normal(size=length).astype(np.float32)
     is_last = t == length - 1
     steps = {
