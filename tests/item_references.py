@@ -90,7 +90,7 @@ def _episode_windows(steps: dict, kind: items_lib.Episode) -> list:
 
 def _string_padding(leaf: np.ndarray) -> np.ndarray:
     """Null steps hold b'' in string fields (the references' `np.where` puts 0 there)."""
-    if leaf.dtype != object:
+    if not isinstance(leaf, np.ndarray) or leaf.dtype != object:
         return leaf
     values = [v if isinstance(v, bytes) else b'' for v in leaf.reshape(-1)]
     return np.array(values, object).reshape(leaf.shape)
