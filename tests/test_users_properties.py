@@ -30,7 +30,7 @@ from hypothesis import strategies as st
 from reverb.platform import checkpointers_lib
 
 import rlds_reverb
-from rlds_reverb.core import types
+from rlds_reverb.core import errors, types
 from rlds_reverb.data.loading import load
 from rlds_reverb.serve import tables
 from rlds_reverb.transform import items
@@ -165,7 +165,7 @@ _SETTINGS = dict(
 # --- push into one server == NumPy reference ---------------------------------------------------
 
 
-@hypothesis.settings(max_examples=12, **_SETTINGS)
+@hypothesis.settings(max_examples=10, **_SETTINGS)
 @hypothesis.given(spec=users_specs(), kind_name=st.sampled_from(sorted(KINDS)))
 def test_push_gives_the_reference_items_each_once(workdir, server, spec, kind_name):
     reverb_tables.clean_client(server)
@@ -189,6 +189,7 @@ _BEAM_FAILS = users_data.UsersSpec(
 @pytest.mark.slow  # Beam's DirectRunner: several seconds per example.
 @pytest.mark.xfail(
     strict=False,
+    raises=errors.PushError,
     reason=(
         'defect (issue 20 item 2, fixed on branch `beam`): the count stage numbers episodes '
         'shard by shard, the writers by position in a read of the whole split, which TFDS '
@@ -196,7 +197,7 @@ _BEAM_FAILS = users_data.UsersSpec(
     ),
 )
 @hypothesis.settings(
-    max_examples=4, phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate], **_SETTINGS
+    max_examples=3, phases=[hypothesis.Phase.explicit, hypothesis.Phase.generate], **_SETTINGS
 )
 @hypothesis.example(spec=_BEAM_FAILS, kind_name='two_step')
 @hypothesis.given(spec=users_specs(), kind_name=st.sampled_from(sorted(KINDS)))
@@ -225,7 +226,7 @@ def _steps_by_origin(episodes) -> dict[int, dict]:
 
 
 @pytest.mark.slow  # An export per example.
-@hypothesis.settings(max_examples=8, **_SETTINGS)
+@hypothesis.settings(max_examples=6, **_SETTINGS)
 @hypothesis.given(
     spec=users_specs(max_episodes=30, flag_discounts=True),
     export_name=st.sampled_from(sorted(EXPORTS)),
