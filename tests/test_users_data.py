@@ -95,6 +95,15 @@ def test_load_reads_what_tfds_reads_episode_by_episode(data):
     _assert_same_episodes(_sorted_by_id(theirs), users_data.make_episodes(spec))
 
 
+@pytest.mark.parametrize(
+    'options',
+    [{'whole_episodes': False}, {'read_config': tfds.ReadConfig(interleave_block_length=16)}],
+)
+def test_load_variants_read_what_tfds_reads(users_plain_dir, options):
+    theirs = users_data.read_with_tfds(users_plain_dir)
+    _assert_same_episodes(users_data.read_numpy(load(users_plain_dir, **options)), theirs)
+
+
 def test_load_keeps_chosen_step_fields(users_dir):
     episodes = load(users_dir, step_fields=['observation/image', 'language_instruction'])
     steps = episodes.element_spec[types.STEPS].element_spec
@@ -415,3 +424,28 @@ def test_cli_prints_only_its_own_output_on_image_data(users_dir, run_cli, comman
     code, _, err = run_cli(command, users_dir, subprocess=True)
     assert code == 0
     assert 'deprecated' not in err, err
+
+
+@pytest.mark.slow  # Two worker processes.
+def test_cli_push_with_workers_writes_each_item_once(
+    users_plain_dir, users_client, users_address, run_cli
+):
+    table = 'users_plain:two_step'
+    code, _, err = run_cli(
+        'push',
+        users_plain_dir,
+        '--server',
+        users_address,
+        '--table',
+        table,
+        '--item',
+        'two-step',
+        '--workers',
+        '2',
+        '--no-progress',
+        subprocess=True,
+    )
+    assert code == 0, err
+    expected = refs.reference_items(items.TwoStep(), users_data.make_episodes(USERS_PLAIN_SPEC))
+    actual = [sample.data for sample in reverb_tables.read_items(users_client, table)]
+    refs.assert_same_items(actual, expected, where='--workers 2')
