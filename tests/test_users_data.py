@@ -104,6 +104,13 @@ def test_load_variants_read_what_tfds_reads(users_plain_dir, options):
     _assert_same_episodes(users_data.read_numpy(load(users_plain_dir, **options)), theirs)
 
 
+@pytest.mark.parametrize('split', ['train[10:150]', 'train[:33%]', 'train[250:]'])
+def test_load_of_a_slice_reads_what_tfds_reads(users_plain_dir, split):
+    theirs = users_data.read_with_tfds(users_plain_dir, split=split)
+    assert theirs
+    _assert_same_episodes(users_data.read_numpy(load(users_plain_dir, split=split)), theirs)
+
+
 def test_load_keeps_chosen_step_fields(users_dir):
     episodes = load(users_dir, step_fields=['observation/image', 'language_instruction'])
     steps = episodes.element_spec[types.STEPS].element_spec
