@@ -354,6 +354,7 @@ def export_address(users_dir, tmp_path):
     server.stop()
 
 
+@pytest.mark.slow  # Two exports of 7,412 steps with images: 15 to 45 s.
 def test_export_gives_back_the_pushed_episodes_with_images_strings_and_metadata(
     users_dir, export_address, tmp_path, run_cli
 ):

@@ -38,6 +38,8 @@ from tests import item_references as refs
 from tests import reverb_tables, users_data
 
 pipeline = pytest.importorskip('rlds_reverb.distribute.pipeline')  # The `beam` extra.
+# About 90 s for the module on a loaded 2-core host (a TFDS write per example).
+pytestmark = pytest.mark.slow
 
 KINDS = {
     'two_step': items.TwoStep(),
@@ -187,7 +189,6 @@ _BEAM_FAILS = users_data.UsersSpec(
 )
 
 
-@pytest.mark.slow  # Beam's DirectRunner: several seconds per example.
 @pytest.mark.xfail(
     strict=False,
     raises=errors.PushError,
@@ -226,7 +227,6 @@ def _steps_by_origin(episodes) -> dict[int, dict]:
     return result
 
 
-@pytest.mark.slow  # An export per example.
 @hypothesis.settings(max_examples=6, **_SETTINGS)
 @hypothesis.given(
     spec=users_specs(max_episodes=30, flag_discounts=True),
