@@ -1,6 +1,9 @@
 """Shared pytest fixtures: real datasets in temporary directories, a real Reverb server, the CLI.
 
 * `cartpole_dir`, `cartpole_episodes`: a small CartPole RLDS dataset, written once.
+* `users_dir`, `users_plain_dir`: RLDS datasets shaped like users' data, written once by
+  TFDS's own writer with its defaults (`tests/users_data.py`): shuffled, 100 or more
+  episodes per shard, lengths 1 to 1,000; with images and strings, or plain tensors only.
 * `reverb_server`, `reverb_client`: one in-process Reverb server with a FIFO-read table per
   case item (`tests/reverb_tables.py`), and a client of it with every table emptied.
 * `run_cli`: runs the `rlds-reverb` command line in-process or as a program, and checks
@@ -27,11 +30,17 @@ import tensorflow as tf  # noqa: E402
 from rlds_reverb import cli  # noqa: E402
 from rlds_reverb.data import cartpole  # noqa: E402
 from rlds_reverb.data.loading import load  # noqa: E402
-from tests import ports, reverb_tables  # noqa: E402
+from tests import ports, reverb_tables, users_data  # noqa: E402
 
 # 12 episodes of seed 0: 4 truncated at 500 steps, 8 terminated (returns 19 to 250).
 CARTPOLE_ARGS = {'num_episodes': 12, 'seed': 0, 'episodes_per_shard': 5}
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
+# Users' data: 200 episodes (7,412 steps) in 2 shards with images and strings (about 4 s to
+# write); 300 episodes (8,462 steps) in 3 shards of plain tensors (about 1 s).
+USERS_SPEC = users_data.users_spec(200, num_shards=2, max_drawn=100)
+USERS_PLAIN_SPEC = users_data.users_spec(
+    300, num_shards=3, max_drawn=100, seed=1, images=False, strings=False
+)
 
 
 @pytest.fixture(scope='session')
@@ -48,6 +57,18 @@ def cartpole_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 def cartpole_episodes(cartpole_dir: pathlib.Path) -> tf.data.Dataset:
     """The CartPole fixture, opened with `rlds_reverb.load`."""
     return load(cartpole_dir)
+
+
+@pytest.fixture(scope='session')
+def users_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """`USERS_SPEC` written by TFDS (images, strings, episode metadata; 2 shuffled shards)."""
+    return users_data.write(tmp_path_factory.mktemp('users'), USERS_SPEC)
+
+
+@pytest.fixture(scope='session')
+def users_plain_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """`USERS_PLAIN_SPEC` written by TFDS (no images or strings; 3 shuffled shards)."""
+    return users_data.write(tmp_path_factory.mktemp('users_plain'), USERS_PLAIN_SPEC)
 
 
 @pytest.fixture(scope='session')
