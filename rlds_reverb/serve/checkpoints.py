@@ -22,6 +22,7 @@ import tensorflow as tf
 from reverb.cc.checkpointing import checkpoint_pb2
 
 from rlds_reverb.core.errors import CheckpointError
+from rlds_reverb.serve import table_info
 
 # Reverb marks a complete checkpoint with this file in the checkpoint's directory.
 _DONE_FILE = 'DONE'
@@ -34,11 +35,14 @@ def checkpoint_server(client: reverb.Client) -> str:
     """Writes a checkpoint of every table on the server; returns its path.
 
     Raises:
-      CheckpointError: If the server did not write it (unreachable, or no checkpointer).
+      ReverbConnectionError: If nothing answers at the server's address (it is probed
+        first: `table_info.probe_server`).
+      CheckpointError: If the server did not write it (it failed, or has no checkpointer).
 
     Example:
       >>> path = checkpoint_server(reverb.Client('localhost:8000'))
     """
+    table_info.probe_server(client.server_address)
     try:
         return client.checkpoint()
     except (RuntimeError, reverb.errors.ReverbError) as e:

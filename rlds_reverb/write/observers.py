@@ -28,11 +28,20 @@ from reverb import structured_writer as sw
 from tf_agents.replay_buffers import reverb_utils
 from tf_agents.trajectories import trajectory as trajectory_lib
 
+from rlds_reverb.serve import table_info
 from rlds_reverb.write import configs, engines
+
+# How long `get_table_signature` waits for a live server (TF-Agents' waits forever).
+_SERVER_INFO_TIMEOUT_MS = 60_000
 
 
 def _as_table_names(table_name: str | Sequence[str]) -> list[str]:
     return [table_name] if isinstance(table_name, str) else list(table_name)
+
+
+def _fetch_signature(client: reverb.Client, table: str):
+    """Returns `table`'s signature; a dead server is named (`table_info.fetch_server_info`)."""
+    return table_info.fetch_server_info(client, timeout_ms=_SERVER_INFO_TIMEOUT_MS)[table].signature
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,7 +183,7 @@ class ReverbAddTrajectoryObserver:
 
     def get_table_signature(self):
         """Returns the first table's signature (all tables share it)."""
-        return self._py_client.server_info()[self._table_names[0]].signature
+        return _fetch_signature(self._py_client, self._table_names[0])
 
     def _get_writer(self, trajectory) -> sw.StructuredWriter:
         if self._writer is None:
@@ -300,7 +309,7 @@ class ReverbAddEpisodeObserver:
 
     def get_table_signature(self):
         """Returns the first table's signature (all tables share it)."""
-        return self._py_client.server_info()[self._table_names[0]].signature
+        return _fetch_signature(self._py_client, self._table_names[0])
 
     def update_priority(self, priority: float | int) -> None:
         """Sets the priority of the items written from now on."""

@@ -220,11 +220,8 @@ def write_remaining_items(
         max_in_flight_items=max_in_flight_items,
         timeout_ms=timeout_ms,
     )
-    try:
+    with engine:  # Closed on every path: no writer is left to its destructor.
         return engine.write_episode(rest)
-    except BaseException:
-        engine.abandon()
-        raise
 
 
 def push_resumable(
