@@ -112,7 +112,7 @@ def wait_on_server(wait: Callable[[int], None], *, address: str, timeout_ms: int
             table_info.probe_server(address)
 
 
-def release_structured_writer(writer: sw.StructuredWriter) -> bool:
+def release_structured_writer(writer: sw.StructuredWriter, *, address: str | None = None) -> bool:
     """Lets go of a `StructuredWriter` after a failure, without risking a hang.
 
     Reverb 0.14's `StructuredWriter` has no `close()`, and its C++ destructor waits, with
@@ -124,11 +124,15 @@ def release_structured_writer(writer: sw.StructuredWriter) -> bool:
 
     Args:
       writer: The writer to let go of; the caller must not use it afterwards.
+      address: Its server's address: when nothing answers there, the writer is kept alive
+        at once, without the wait.
 
     Returns:
       Whether the writer could be released normally (nothing was left unconfirmed).
     """
     try:
+        if address is not None:
+            table_info.probe_server(address)
         writer.flush(timeout_ms=_RELEASE_TIMEOUT_MS)
     except Exception:  # noqa: BLE001 - any failure to confirm means the destructor may hang.
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(writer))
@@ -219,7 +223,7 @@ class StructuredEngine(_Engine):
         return 0  # Nothing is pending after `end_episode`.
 
     def _release(self, writer: sw.StructuredWriter) -> None:
-        release_structured_writer(writer)
+        release_structured_writer(writer, address=self._address)
 
 
 class TrajectoryEngine(_Engine):
