@@ -81,7 +81,7 @@ _RELEASE_TIMEOUT_MS = 1_000
 WAIT_SLICE_MS = 1_000
 
 
-def wait_on_server(wait: Callable[[int], None], *, address: str, timeout_ms: int) -> None:
+def wait_on_server(wait: Callable[[int], None], *, address: str, timeout_ms: int | None) -> None:
     """Runs a writer's wait (`wait(timeout_ms)`) in slices, probing the server between them.
 
     Reverb's writers cannot tell a dead server from a slow one: they retry a lost
@@ -94,15 +94,18 @@ def wait_on_server(wait: Callable[[int], None], *, address: str, timeout_ms: int
     Args:
       wait: A flush or end of episode, called with the slice's timeout in ms.
       address: The server, for the probe.
-      timeout_ms: The most the whole wait may take.
+      timeout_ms: The most the whole wait may take; None waits as long as the server
+        lives (TF-Agents' observers wait without a timeout: a rate limiter paces them).
 
     Raises:
       ReverbConnectionError: If the server stopped answering (`table_info.probe_server`).
       reverb.errors.DeadlineExceededError: If `timeout_ms` passed without the confirmations.
     """
-    deadline = time.monotonic() + timeout_ms / 1000
+    deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
     while True:
-        left_ms = max(1, round(1000 * (deadline - time.monotonic())))
+        left_ms = WAIT_SLICE_MS + 1
+        if deadline is not None:
+            left_ms = max(1, round(1000 * (deadline - time.monotonic())))
         try:
             wait(min(left_ms, WAIT_SLICE_MS))
             return
