@@ -22,7 +22,7 @@ from rlds_reverb.data.loading import load
 from rlds_reverb.export import reverb_export
 from rlds_reverb.learn import sampling
 from rlds_reverb.serve import checkpoints, table_info, tables
-from rlds_reverb.transform import items
+from rlds_reverb.transform import convert, items
 from rlds_reverb.write import engines, observers, resume
 from rlds_reverb.write import push as writers
 from tests import builders
@@ -167,7 +167,8 @@ def test_a_live_server_that_does_not_answer_in_time_is_told_apart(dead_address):
             table_info.fetch_server_info(reverb.Client(address), timeout_ms=1_000)
 
 
-def test_waits_end_at_a_dead_server_within_a_slice(dead_address):
+@pytest.mark.parametrize('timeout_ms', [60_000, None])
+def test_waits_end_at_a_dead_server_within_a_slice(dead_address, timeout_ms):
     calls = []
 
     def wait(timeout_ms: int) -> None:  # A flush whose confirmations never come.
@@ -177,7 +178,7 @@ def test_waits_end_at_a_dead_server_within_a_slice(dead_address):
 
     started = time.monotonic()
     with pytest.raises(errors.ReverbConnectionError, match=dead_address):
-        engines.wait_on_server(wait, address=dead_address, timeout_ms=60_000)
+        engines.wait_on_server(wait, address=dead_address, timeout_ms=timeout_ms)
     assert calls == [engines.WAIT_SLICE_MS]
     assert time.monotonic() - started < 2
 
@@ -197,3 +198,29 @@ def test_waits_on_a_live_server_take_the_whole_timeout(live_address):
     # Slices until the deadline: the server answers each probe in between.
     assert len(calls) == 3
     assert calls[:2] == [engines.WAIT_SLICE_MS] * 2
+
+
+@pytest.mark.parametrize('kind', ['trajectory', 'episode'])
+def test_an_observer_whose_server_died_names_it_on_close(source, kind):
+    # TF-Agents' observers wait without a timeout for their items, forever once the server
+    # is gone; ours wait as long, but name a dead server, and release the writer.
+    episodes = load(source)
+    signature = tables.signature_for(items.TwoStep(), episodes)
+    server = reverb.Server([tables.uniform(_TABLE, max_size=100, signature=signature)])
+    client = reverb.Client(f'localhost:{server.port}')
+    if kind == 'trajectory':
+        observer = observers.ReverbAddTrajectoryObserver(client, _TABLE, 2)
+        waits = [observer.close]
+    else:  # Its items are created when the episode ends (`reset`); `close` drops the cache.
+        observer = observers.ReverbAddEpisodeObserver(client, _TABLE, 100)
+        waits = [observer.reset, observer.close]
+    trajectories = convert.convert_rlds_to_trajectories(episodes).take(4)
+    server.stop()
+    for trajectory in trajectories.as_numpy_iterator():
+        observer(trajectory)  # Items the dead server never confirms.
+    for wait in waits:
+        started = time.monotonic()
+        with pytest.raises(errors.ReverbConnectionError, match=client.server_address):
+            wait()
+        assert time.monotonic() - started < _NAMED_WITHIN_S
+    observer.close()  # Released: closing again does nothing.

@@ -27,6 +27,7 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import enum
+import math
 import time
 from collections.abc import Callable
 from typing import Protocol
@@ -103,11 +104,11 @@ def wait_on_server(wait: Callable[[int], None], *, address: str, timeout_ms: int
     """
     deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
     while True:
-        left_ms = WAIT_SLICE_MS + 1
-        if deadline is not None:
-            left_ms = max(1, round(1000 * (deadline - time.monotonic())))
+        left_ms = (
+            math.inf if deadline is None else max(1, round(1000 * (deadline - time.monotonic())))
+        )
         try:
-            wait(min(left_ms, WAIT_SLICE_MS))
+            wait(int(min(left_ms, WAIT_SLICE_MS)))
             return
         except reverb.errors.DeadlineExceededError:
             if left_ms <= WAIT_SLICE_MS:
