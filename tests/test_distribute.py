@@ -484,7 +484,7 @@ def test_a_server_killed_mid_pipeline_is_named_and_a_restart_and_rerun_complete_
             line = push.stderr.readline()
             assert line, err
             err += line
-        # The failed writer is let go (WriterEngine.abandon): the program exits by itself.
+        # The failed writer is closed (WriterEngine.close): the program exits by itself.
         try:
             assert push.wait(timeout=60) == 2
         finally:

@@ -247,8 +247,8 @@ def _push_resumable(args: argparse.Namespace, progress):
     episodes, item = common.load_source(args), _make_item(args)
     start = 0
     if args.resume:
+        client = table_info.connect(args.server)  # A dead server is named before counting.
         counts = resume.count_items_per_episode(episodes, item)
-        client = table_info.connect(args.server)
         inserted = resume.count_inserted(client, args.table, timeout_ms=args.timeout_ms)
         start = resume.find_resume_point(inserted, counts)
         held = f'episodes 0..{start.episode - 1} of the dataset' if start.episode else 'no episode'

@@ -77,6 +77,8 @@ ProgressFn = Callable[[int], None]
 # What a worker's error starts with, so that the driver finds it in the runner's traceback.
 _WORKER_ERROR = '[rlds-reverb worker] '
 _PROGRESS_PERIOD_S = 0.5
+# How long a server may take to answer the progress poll and the failure report.
+_PROBE_TIMEOUT_MS = 2_000
 # Shard groups per worker: enough to balance the workers, few enough that each read's fixed
 # set-up (opening the dataset, tracing) is paid a handful of times, not once per shard.
 _GROUPS_PER_WORKER = 2
@@ -383,10 +385,9 @@ def _write_episodes(job: _Job, address: str, episodes: list[_Episode], done: dic
             done['episodes'] += 1
         if engine is not None:
             done['items'] += engine.finish()
-    except BaseException:
+    finally:
         if engine is not None:
-            engine.abandon()  # Beam retries the bundle; this writer must not hang a worker.
-        raise
+            engine.close()  # On every path: a writer left to its destructor can hang a worker.
 
 
 def _describe_write_failure(job: _Job, address: str, error: Exception, done: dict) -> str:
@@ -407,13 +408,23 @@ def _describe_write_failure(job: _Job, address: str, error: Exception, done: dic
 # --- The driver ------------------------------------------------------------------------------
 
 
+def _connect(address: str, servers: Sequence[str]) -> reverb.Client:
+    """Returns a client of `address`; a server that does not answer is named at once."""
+    try:
+        return table_info.connect(address)
+    except errors.ReverbConnectionError as e:
+        raise errors.ReverbConnectionError(
+            f'{e} Nothing was read or written; the servers were {", ".join(servers)}.'
+        ) from e
+
+
 def _check_servers(
     servers: Sequence[str], table: str, item_spec, timeout_ms: int
 ) -> dict[str, int]:
     """Checks every server and table before any work; returns their insert counts."""
     inserted = {}
     for address in servers:
-        client = table_info.connect(address)
+        client = _connect(address, servers)
         try:
             info = table_info.fetch_table_info(client, table, timeout_ms=timeout_ms)
         except errors.ReverbConnectionError as e:
@@ -430,7 +441,9 @@ def _probe_servers(servers: Sequence[str], table: str) -> dict[str, int | None]:
     found = {}
     for address in servers:
         try:
-            info = table_info.fetch_table_info(reverb.Client(address), table, timeout_ms=2_000)
+            info = table_info.fetch_table_info(
+                reverb.Client(address), table, timeout_ms=_PROBE_TIMEOUT_MS
+            )
             found[address] = table_info.count_inserted(info)
         except (errors.RldsReverbError, reverb.errors.ReverbError, RuntimeError):
             found[address] = None
@@ -623,6 +636,8 @@ def push_with_beam(
     addresses = [str(a) for a in addresses]
     if not addresses or len(set(addresses)) != len(addresses):
         raise ValueError(f'servers={servers!r} is not valid; expected distinct host:port values.')
+    for address in addresses:  # A dead server is named before the dataset is opened.
+        _connect(address, addresses)
     builder = loading.open_builder(source, data_dir=data_dir)
     options = _make_options(pipeline_options)
     shards = routing.group_shard_ranges(

@@ -32,6 +32,7 @@ from reverb.cc.checkpointing import checkpoint_pb2
 
 from rlds_reverb.core import files
 from rlds_reverb.core.errors import CheckpointError
+from rlds_reverb.serve import table_info
 
 # Reverb marks a complete checkpoint with this file in the checkpoint's directory.
 _DONE_FILE = 'DONE'
@@ -47,11 +48,14 @@ def checkpoint_server(client: reverb.Client) -> str:
     permissive umask of the server gives them.
 
     Raises:
-      CheckpointError: If the server did not write it (unreachable, or no checkpointer).
+      ReverbConnectionError: If nothing answers at the server's address (it is probed
+        first: `table_info.probe_server`).
+      CheckpointError: If the server did not write it (it failed, or has no checkpointer).
 
     Example:
       >>> path = checkpoint_server(reverb.Client('localhost:8000'))
     """
+    table_info.probe_server(client.server_address)
     try:
         path = client.checkpoint()
     except (RuntimeError, reverb.errors.ReverbError) as e:

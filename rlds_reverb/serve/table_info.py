@@ -1,14 +1,23 @@
 """What a running Reverb server says about its tables, asked and checked in one place.
 
-Pushes, resumes and learner datasets all connect, look tables up, and check signatures
-through these functions, so that the same problem gives the same message wherever it
-surfaces. A signature check always reads the table's signature as the *expected* side
-and what the caller writes or reads as the *found* side.
+Pushes, resumes, the Beam pipeline, learner datasets, export and `serve` all connect, look
+tables up, and check signatures through these functions, so that the same problem gives
+the same message wherever it surfaces. A signature check always reads the table's
+signature as the *expected* side and what the caller writes or reads as the *found* side.
+
+`probe_server` is the one place that asks whether anything answers at an address, with a
+deadline of its own (`CONNECT_TIMEOUT_MS`). Reverb's own calls cannot tell a dead server
+from a slow one: its server-info call waits for its whole deadline (60 s for a push's
+default), and its writers retry a lost connection until their flush times out. So every
+entry point probes before it asks for anything, and the writers probe whenever a wait on
+the server outlasts one slice (`rlds_reverb.write.engines.wait_on_server`).
 """
 
 from __future__ import annotations
 
 import math
+import os
+import socket
 from collections.abc import Sequence
 
 import reverb
@@ -18,23 +27,107 @@ from rlds_reverb.core.errors import ReverbConnectionError, TableError
 
 TableInfo = reverb.reverb_types.TableInfo
 
+# How long a server may take to accept a connection before it is named unreachable: a
+# refused connection (nothing listening) is named at once, a host that does not answer
+# (down, or a firewall dropping packets) after this long.
+CONNECT_TIMEOUT_MS = 3_000
+# gRPC routes through these proxies when they are set; a direct probe would then test a
+# path Reverb does not use, so it is skipped and Reverb's own deadline applies.
+_PROXY_VARIABLES = ('grpc_proxy', 'https_proxy', 'http_proxy')
 
-def connect(server: str | reverb.Client) -> reverb.Client:
-    """Returns a client for an address 'host:port', or the given client.
+
+def _split_address(address: str) -> tuple[str, int] | None:
+    """Returns (host, port) of 'host:port' or '[v6]:port'; None for other gRPC targets."""
+    host, _, port = address.rpartition(':')
+    if not host or not port.isdigit():
+        return None
+    return host.strip('[]'), int(port)
+
+
+def probe_server(address: str, *, timeout_ms: int = CONNECT_TIMEOUT_MS) -> None:
+    """Raises `ReverbConnectionError` unless something at `address` accepts a connection.
+
+    A connection refused (nothing listening, for example a killed server) fails at once;
+    a host that does not answer fails after `timeout_ms`. It checks that the port is open,
+    not that a Reverb server answers there: the server-info call that follows does that.
+
+    Args:
+      address: The server's 'host:port'. Other gRPC targets ('unix:...', 'dns:///...'),
+        and any address while a gRPC proxy variable is set, are not probed.
+      timeout_ms: The most to wait for the connection.
 
     Raises:
-      ReverbConnectionError: If `server` is neither a client nor a 'host:port' string.
+      ReverbConnectionError: If nothing accepted a connection within `timeout_ms`; names
+        the address, the time waited and what to check.
+
+    Example:
+      >>> probe_server('localhost:8000')
+    """
+    where = _split_address(address)
+    if where is None or any(os.environ.get(name) for name in _PROXY_VARIABLES):
+        return
+    try:
+        with socket.create_connection(where, timeout=timeout_ms / 1000):
+            return
+    except OSError as e:
+        reason = e.strerror or type(e).__name__
+        raise ReverbConnectionError(
+            f'No Reverb server answered at {address} within {timeout_ms / 1000:g} s '
+            f'({reason}). Check the address, that the server is running, and that this '
+            'machine can reach it (firewall, network).'
+        ) from e
+
+
+def connect(server: str | reverb.Client) -> reverb.Client:
+    """Returns a client for an address 'host:port', or the given client, once it answers.
+
+    Entry points connect before any other work, so a dead server is named at once
+    (`probe_server`), before a dataset is read.
+
+    Raises:
+      ReverbConnectionError: If `server` is neither a client nor a 'host:port' string, or
+        nothing answers at its address within `CONNECT_TIMEOUT_MS`.
 
     Example:
       >>> client = connect('localhost:8000')
     """
     if isinstance(server, reverb.Client):
-        return server
-    if not isinstance(server, str) or ':' not in server or not server.rsplit(':', 1)[1].isdigit():
+        client = server
+    elif isinstance(server, str) and _split_address(server) is not None:
+        client = reverb.Client(server)
+    else:
         raise ReverbConnectionError(
             f"server={server!r} is not valid; expected 'host:port' or a reverb.Client."
         )
-    return reverb.Client(server)
+    probe_server(client.server_address)
+    return client
+
+
+def fetch_server_info(client: reverb.Client, *, timeout_ms: int) -> dict[str, TableInfo]:
+    """Returns the server's info on all its tables, once `probe_server` finds it there.
+
+    Args:
+      client: The server's client.
+      timeout_ms: The most the server may take to answer, once it accepted a connection.
+
+    Raises:
+      ReverbConnectionError: If nothing answers at the address within `CONNECT_TIMEOUT_MS`,
+        or the server does not answer within `timeout_ms`; names it.
+
+    Example:
+      >>> tables = fetch_server_info(client, timeout_ms=10_000)  # {name: TableInfo}
+    """
+    address = client.server_address
+    probe_server(address, timeout_ms=min(timeout_ms, CONNECT_TIMEOUT_MS))
+    timeout_s = max(1, math.ceil(timeout_ms / 1000))
+    try:
+        return client.server_info(timeout=timeout_s)
+    except (reverb.errors.DeadlineExceededError, RuntimeError) as e:
+        raise ReverbConnectionError(
+            f'The Reverb server at {address} accepted a connection but did not answer within '
+            f'{timeout_ms} ms ({e}). Check that a Reverb server (not another program) '
+            'listens there and is not overloaded, or pass a longer timeout.'
+        ) from e
 
 
 def fetch_tables_info(
@@ -43,20 +136,13 @@ def fetch_tables_info(
     """Returns the server's info on the tables `names`, in that order.
 
     Raises:
-      ReverbConnectionError: If the server does not answer within `timeout_ms`; names it.
+      ReverbConnectionError: If the server does not answer (see `fetch_server_info`).
       TableError: If a table does not exist; lists the tables that do.
 
     Example:
       >>> info = fetch_tables_info(client, ['replay'], timeout_ms=10_000)['replay']
     """
-    timeout_s = max(1, math.ceil(timeout_ms / 1000))
-    try:
-        info = client.server_info(timeout=timeout_s)
-    except (reverb.errors.DeadlineExceededError, RuntimeError) as e:
-        raise ReverbConnectionError(
-            f'Could not reach the Reverb server at {client.server_address} within '
-            f'{timeout_ms} ms ({e}). Check the address and that the server is running.'
-        ) from e
+    info = fetch_server_info(client, timeout_ms=timeout_ms)
     missing = [name for name in names if name not in info]
     if missing:
         existing = ', '.join(sorted(info)) or '(none)'

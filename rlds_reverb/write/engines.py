@@ -12,10 +12,14 @@ Two engines implement the `WriterEngine` protocol:
 Either way each row is appended once and overlapping items reference the same rows. Both
 flush on the same schedule, so that at most `max_in_flight_items` items are pending.
 
-After a failure, `abandon()` lets go of the writer without risking a hang: Reverb's writers
-flush in their destructor without a timeout, so a writer holding items that a dead or
-blocked server will never confirm would otherwise hang whichever later call (or the
-interpreter's exit) happens to garbage-collect it.
+Every wait on the server (a flush, the end of an episode) goes through `wait_on_server`,
+which waits in slices and probes the server between them, so that a server that dies
+mid-write is named within about a slice, whatever `timeout_ms` allows a live but slow one.
+
+An engine is a context manager, and `close()` (on every path, success or failure) lets go
+of its writer without risking a hang: Reverb's writers flush in their destructor without a
+timeout, so a writer holding items that a dead or blocked server will never confirm would
+otherwise hang whichever later call (or the interpreter's exit) happens to garbage-collect it.
 """
 
 from __future__ import annotations
@@ -23,6 +27,9 @@ from __future__ import annotations
 import ctypes
 import dataclasses
 import enum
+import math
+import time
+from collections.abc import Callable
 from typing import Protocol
 
 import numpy as np
@@ -32,6 +39,7 @@ import tree
 from reverb import structured_writer as sw
 
 from rlds_reverb.core import types
+from rlds_reverb.serve import table_info
 from rlds_reverb.transform import items as items_lib
 from rlds_reverb.transform.plans import EpisodePlan
 from rlds_reverb.write import configs as configs_lib
@@ -60,15 +68,55 @@ class WriterEngine(Protocol):
     def finish(self) -> int:
         """Writes what the end of the stream completes; returns the items (per table)."""
 
-    def abandon(self) -> None:
-        """Lets go of the writer after a failure; what the server has not confirmed may be lost."""
+    def close(self) -> None:
+        """Lets go of the writer, within a bounded time; what is unconfirmed may be lost."""
+
+    def __enter__(self) -> WriterEngine: ...
+
+    def __exit__(self, *exc_info) -> None: ...
 
 
 # How long `release_structured_writer` waits for the server to confirm pending items.
 _RELEASE_TIMEOUT_MS = 1_000
+# A wait on the server longer than this probes it before waiting on (`wait_on_server`).
+WAIT_SLICE_MS = 1_000
 
 
-def release_structured_writer(writer: sw.StructuredWriter) -> bool:
+def wait_on_server(wait: Callable[[int], None], *, address: str, timeout_ms: int | None) -> None:
+    """Runs a writer's wait (`wait(timeout_ms)`) in slices, probing the server between them.
+
+    Reverb's writers cannot tell a dead server from a slow one: they retry a lost
+    connection until the wait times out. Waiting in slices of `WAIT_SLICE_MS`, and probing
+    the server after each slice that ends without the confirmations, names a dead server
+    within about a slice, while a live one (a table whose rate limiter blocks inserts) gets
+    the whole `timeout_ms`. A flush, and an `end_episode` whose confirmations timed out, can
+    be repeated: Reverb resets nothing until they are confirmed.
+
+    Args:
+      wait: A flush or end of episode, called with the slice's timeout in ms.
+      address: The server, for the probe.
+      timeout_ms: The most the whole wait may take; None waits as long as the server
+        lives (TF-Agents' observers wait without a timeout: a rate limiter paces them).
+
+    Raises:
+      ReverbConnectionError: If the server stopped answering (`table_info.probe_server`).
+      reverb.errors.DeadlineExceededError: If `timeout_ms` passed without the confirmations.
+    """
+    deadline = None if timeout_ms is None else time.monotonic() + timeout_ms / 1000
+    while True:
+        left_ms = (
+            math.inf if deadline is None else max(1, round(1000 * (deadline - time.monotonic())))
+        )
+        try:
+            wait(int(min(left_ms, WAIT_SLICE_MS)))
+            return
+        except reverb.errors.DeadlineExceededError:
+            if left_ms <= WAIT_SLICE_MS:
+                raise
+            table_info.probe_server(address)
+
+
+def release_structured_writer(writer: sw.StructuredWriter, *, address: str | None = None) -> bool:
     """Lets go of a `StructuredWriter` after a failure, without risking a hang.
 
     Reverb 0.14's `StructuredWriter` has no `close()`, and its C++ destructor waits, with
@@ -80,11 +128,15 @@ def release_structured_writer(writer: sw.StructuredWriter) -> bool:
 
     Args:
       writer: The writer to let go of; the caller must not use it afterwards.
+      address: Its server's address: when nothing answers there, the writer is kept alive
+        at once, without the wait.
 
     Returns:
       Whether the writer could be released normally (nothing was left unconfirmed).
     """
     try:
+        if address is not None:
+            table_info.probe_server(address)
         writer.flush(timeout_ms=_RELEASE_TIMEOUT_MS)
     except Exception:  # noqa: BLE001 - any failure to confirm means the destructor may hang.
         ctypes.pythonapi.Py_IncRef(ctypes.py_object(writer))
@@ -118,33 +170,67 @@ def list_rows(rows: types.Nest) -> list[list[np.ndarray]]:
     return [list(row) for row in zip(*tree.flatten(rows), strict=True)]
 
 
-class StructuredEngine:
+class _Engine:
+    """What both engines share: bounded waits on the server, and closing as a context."""
+
+    _writer: sw.StructuredWriter | reverb.TrajectoryWriter | None
+    _address: str
+    _timeout_ms: int
+
+    def _wait(self, wait: Callable[[int], None]) -> None:
+        wait_on_server(wait, address=self._address, timeout_ms=self._timeout_ms)
+
+    def _flush(self, block_until_num_items: int = 0) -> None:
+        writer = self._writer
+        self._wait(lambda ms: writer.flush(block_until_num_items, timeout_ms=ms))
+
+    def _end_episode(self, *, clear_buffers: bool = True) -> None:
+        writer = self._writer
+        self._wait(lambda ms: writer.end_episode(clear_buffers, timeout_ms=ms))
+
+    def close(self) -> None:
+        writer, self._writer = self._writer, None
+        if writer is not None:
+            self._release(writer)
+
+    def _release(self, writer) -> None:
+        raise NotImplementedError
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()
+
+
+class StructuredEngine(_Engine):
     """Appends rows to a `StructuredWriter`; its configs create the items in C++."""
 
     def __init__(
         self, client: reverb.Client, configs: list, *, max_in_flight_items: int, timeout_ms: int
     ):
         self._writer = client.structured_writer(configs)
-        self._flush = FlushSchedule.for_max_in_flight(max_in_flight_items)
+        self._schedule = FlushSchedule.for_max_in_flight(max_in_flight_items)
+        self._address = client.server_address
         self._timeout_ms = timeout_ms
 
     def write_episode(self, plan: EpisodePlan) -> int:
-        writer, flush = self._writer, self._flush
+        writer, schedule = self._writer, self._schedule
         for index, row in enumerate(list_rows(plan.rows), start=1):
             writer.append(row)
-            if flush.is_due(index):
-                writer.flush(block_until_num_items=flush.bound, timeout_ms=self._timeout_ms)
-        writer.end_episode(timeout_ms=self._timeout_ms)
+            if schedule.is_due(index):
+                self._flush(schedule.bound)
+        self._end_episode()
         return plan.num_items  # The configs create exactly the planned windows.
 
     def finish(self) -> int:
         return 0  # Nothing is pending after `end_episode`.
 
-    def abandon(self) -> None:
-        release_structured_writer(self._writer)
+    def _release(self, writer: sw.StructuredWriter) -> None:
+        release_structured_writer(writer, address=self._address)
 
 
-class TrajectoryEngine:
+class TrajectoryEngine(_Engine):
     """Appends rows to a `TrajectoryWriter` and creates each item as a slice of them."""
 
     def __init__(
@@ -163,7 +249,8 @@ class TrajectoryEngine:
         self._item = item
         self._tables = list(table_names)
         self._priority = priority
-        self._flush = FlushSchedule.for_max_in_flight(max_in_flight_items)
+        self._schedule = FlushSchedule.for_max_in_flight(max_in_flight_items)
+        self._address = client.server_address
         self._timeout_ms = timeout_ms
         self._columns = None
         self._appended = 0  # Rows appended since the writer's buffers were last cleared.
@@ -178,7 +265,7 @@ class TrajectoryEngine:
         sample from 25 to 18 µs of CPU (benchmarks/README.md). Large rows (images) stay
         auto-tuned, since a sample unpacks its whole chunk.
         """
-        self._writer.flush(timeout_ms=self._timeout_ms)  # Reverb configures flushed columns.
+        self._flush()  # Reverb configures flushed columns.
         for index, value in enumerate(row):
             if np.asarray(value).nbytes <= configs_lib.SMALL_ROW_BYTES:
                 self._writer.configure(
@@ -197,8 +284,8 @@ class TrajectoryEngine:
             self._columns = tree.flatten(self._writer.history)
             self._chunk_small_columns(row)
         self._appended += 1
-        if self._flush.is_due(self._appended):
-            self._writer.flush(block_until_num_items=self._flush.bound, timeout_ms=self._timeout_ms)
+        if self._schedule.is_due(self._appended):
+            self._flush(self._schedule.bound)
 
     def _create_item(self, start: int, size: int, priority: float) -> None:
         # Relative (negative) indices: history slices ending at the newest row need them.
@@ -231,7 +318,7 @@ class TrajectoryEngine:
         if rows:
             self._last_row = [np.zeros_like(leaf) for leaf in rows[0]]
         keep = self._item.crosses_episodes
-        self._writer.end_episode(clear_buffers=not keep, timeout_ms=self._timeout_ms)
+        self._end_episode(clear_buffers=not keep)
         if not keep:
             self._appended = 0
         return self._take_count()
@@ -259,11 +346,11 @@ class TrajectoryEngine:
             self._appended += 1
         for start in tail:
             self._create_item(start, self._item.length, self._priority)
-        self._writer.end_episode(timeout_ms=self._timeout_ms)
+        self._end_episode()
         return self._take_count()
 
-    def abandon(self) -> None:
-        self._writer.close()  # Drops what is pending, without the destructor's wait.
+    def _release(self, writer: reverb.TrajectoryWriter) -> None:
+        writer.close()  # Drops what is pending, without the destructor's wait.
 
 
 def make_engine(

@@ -28,11 +28,25 @@ from reverb import structured_writer as sw
 from tf_agents.replay_buffers import reverb_utils
 from tf_agents.trajectories import trajectory as trajectory_lib
 
+from rlds_reverb.serve import table_info
 from rlds_reverb.write import configs, engines
+
+# How long `get_table_signature` waits for a live server (TF-Agents' waits forever).
+_SERVER_INFO_TIMEOUT_MS = 60_000
 
 
 def _as_table_names(table_name: str | Sequence[str]) -> list[str]:
     return [table_name] if isinstance(table_name, str) else list(table_name)
+
+
+def _wait(client: reverb.Client, wait) -> None:
+    """Waits for the server as TF-Agents' observers do (no timeout), but names a dead one."""
+    engines.wait_on_server(wait, address=client.server_address, timeout_ms=None)
+
+
+def _fetch_signature(client: reverb.Client, table: str):
+    """Returns `table`'s signature; a dead server is named (`table_info.fetch_server_info`)."""
+    return table_info.fetch_server_info(client, timeout_ms=_SERVER_INFO_TIMEOUT_MS)[table].signature
 
 
 @dataclasses.dataclass(frozen=True)
@@ -174,7 +188,7 @@ class ReverbAddTrajectoryObserver:
 
     def get_table_signature(self):
         """Returns the first table's signature (all tables share it)."""
-        return self._py_client.server_info()[self._table_names[0]].signature
+        return _fetch_signature(self._py_client, self._table_names[0])
 
     def _get_writer(self, trajectory) -> sw.StructuredWriter:
         if self._writer is None:
@@ -219,12 +233,21 @@ class ReverbAddTrajectoryObserver:
             self._writer.append(zero)
 
     def flush(self) -> None:
-        """Blocks until every item written so far is confirmed by the server."""
+        """Blocks until every item written so far is confirmed by the server.
+
+        Raises:
+          ReverbConnectionError: If the server stops answering meanwhile.
+        """
         if self._writer is not None:
-            self._writer.flush()
+            writer = self._writer
+            _wait(self._py_client, lambda ms: writer.flush(timeout_ms=ms))
 
     def reset(self, write_cached_steps: bool = True) -> None:
-        """Ends the episode: pads it first when asked to; clears the cache."""
+        """Ends the episode: pads it first when asked to; clears the cache.
+
+        Raises:
+          ReverbConnectionError: If the server stops answering before it confirms the items.
+        """
         if self._writer is not None:
             if (
                 write_cached_steps
@@ -232,7 +255,8 @@ class ReverbAddTrajectoryObserver:
                 and self._last_trajectory is not None
             ):
                 self._append_padding()
-            self._writer.end_episode()
+            writer = self._writer
+            _wait(self._py_client, lambda ms: writer.end_episode(timeout_ms=ms))
         self._cached_steps = 0
         self._last_trajectory = None
 
@@ -240,10 +264,19 @@ class ReverbAddTrajectoryObserver:
         """No-op: the writer opens on the first step (its structure is needed)."""
 
     def close(self) -> None:
-        """Ends the episode and releases the writer."""
-        if self._writer is not None:
-            self._writer.end_episode()
-            self._writer = None
+        """Ends the episode and releases the writer (also when the server died).
+
+        Raises:
+          ReverbConnectionError: If the server stops answering before it confirms the items;
+            the writer is released all the same.
+        """
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return
+        try:
+            _wait(self._py_client, lambda ms: writer.end_episode(timeout_ms=ms))
+        finally:
+            engines.release_structured_writer(writer, address=self._py_client.server_address)
 
     def __del__(self):
         # TF-Agents' observer closes its TrajectoryWriter when collected; a StructuredWriter
@@ -300,7 +333,7 @@ class ReverbAddEpisodeObserver:
 
     def get_table_signature(self):
         """Returns the first table's signature (all tables share it)."""
-        return self._py_client.server_info()[self._table_names[0]].signature
+        return _fetch_signature(self._py_client, self._table_names[0])
 
     def update_priority(self, priority: float | int) -> None:
         """Sets the priority of the items written from now on."""
@@ -337,16 +370,26 @@ class ReverbAddEpisodeObserver:
             self.reset(write_cached_steps=True)
 
     def flush(self) -> None:
-        """Blocks until every item written so far is confirmed by the server."""
-        self._writer.flush()
+        """Blocks until every item written so far is confirmed by the server.
+
+        Raises:
+          ReverbConnectionError: If the server stops answering meanwhile.
+        """
+        writer = self._writer
+        _wait(self._py_client, lambda ms: writer.flush(timeout_ms=ms))
 
     def reset(self, write_cached_steps: bool = True) -> None:
-        """Ends the episode, writing the cached steps first when asked to."""
+        """Ends the episode, writing the cached steps first when asked to.
+
+        Raises:
+          ReverbConnectionError: If the server stops answering before it confirms the items.
+        """
         if write_cached_steps:
             self._write_cached_steps()
         self._cached_steps = 0
         self._overflow_episode = False
-        self._writer.end_episode()
+        writer = self._writer
+        _wait(self._py_client, lambda ms: writer.end_episode(timeout_ms=ms))
 
     def open(self) -> None:
         """Opens a writer if the observer was closed."""
@@ -356,8 +399,16 @@ class ReverbAddEpisodeObserver:
             )
 
     def close(self) -> None:
-        """Ends the episode and closes the writer."""
-        if self._writer is not None:
-            self._writer.end_episode()
-            self._writer.close()
-            self._writer = None
+        """Ends the episode and closes the writer (also when the server died).
+
+        Raises:
+          ReverbConnectionError: If the server stops answering before it confirms the items;
+            the writer is closed all the same.
+        """
+        writer, self._writer = self._writer, None
+        if writer is None:
+            return
+        try:
+            _wait(self._py_client, lambda ms: writer.end_episode(timeout_ms=ms))
+        finally:
+            writer.close()

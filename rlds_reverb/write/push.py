@@ -25,6 +25,7 @@ from rlds_reverb.core.errors import (
     EpisodeTooLongError,
     InvalidEpisodeError,
     PushError,
+    ReverbConnectionError,
     SpecMismatchError,
     TableTooSmallError,
 )
@@ -42,6 +43,8 @@ DEFAULT_TIMEOUT_MS = 60_000
 # Below the 50 pending items at which Reverb logs "pending items is alarmingly high" on every
 # tenth item; as fast here as 1,000 (benchmarks/push.py).
 DEFAULT_MAX_IN_FLIGHT_ITEMS = 48
+# What a writer raises when the server fails it part way (a dead server: ReverbConnectionError).
+_WRITE_ERRORS = (reverb.errors.ReverbError, ReverbConnectionError, RuntimeError, ValueError)
 
 
 @dataclasses.dataclass
@@ -121,9 +124,9 @@ class _Pusher:
         written = self.stats.episodes
         items = self._items_written()
         return PushError(
-            f'Push to {self.address} failed at episode {index}: {error}. {written} episode(s) '
-            f'were fully written ({items} items per table); episode {index} may be partly '
-            'written (its items up to the failure).',
+            f'Push to {self.address} failed at episode {index}: {str(error).rstrip(".")}. '
+            f'{written} episode(s) were fully written ({items} items per table); episode '
+            f'{index} may be partly written (its items up to the failure).',
             episodes_written=written,
             items_written=items,
         )
@@ -179,7 +182,7 @@ class _Pusher:
             self._check_room(index, plan.num_items)
             try:
                 count = self.engine.write_episode(plan)
-            except (reverb.errors.ReverbError, RuntimeError, ValueError) as e:
+            except _WRITE_ERRORS as e:
                 raise self._fail(index, e) from e
             self._add_items(count)
             self.stats.episodes += 1
@@ -188,7 +191,7 @@ class _Pusher:
                 self.progress(1, plan.length)
         try:
             self._add_items(self.engine.finish())
-        except (reverb.errors.ReverbError, RuntimeError, ValueError) as e:
+        except _WRITE_ERRORS as e:
             raise self._fail(index + 1, e) from e
 
 
@@ -221,7 +224,10 @@ def push(
       on_invalid: `'raise'` (InvalidEpisodeError naming all of the episode's problems) or
         `'skip'` (drop invalid episodes whole; counted in `skipped_episodes`).
       policy_info_fn: Optional `fn(current_step, next_step)` (two-step items).
-      timeout_ms: The most any wait on the server may take (connect, flush, end episode).
+      timeout_ms: The most any wait on a live server may take (server info, flush, end
+        episode). A dead server is named sooner: nothing listening at once, a host that
+        does not answer within `table_info.CONNECT_TIMEOUT_MS`, and a server that dies
+        mid-push within about a second (`engines.wait_on_server`).
       max_in_flight_items: The most items pending on the server; the writer waits for
         confirmations before more would be.
       allow_eviction: Whether the push may make the table remove items (default: error).
@@ -243,13 +249,15 @@ def push(
     Raises:
       ValueError: If an option is invalid, or the dataset holds no RLDS steps, or an
         `episode_fields` name is not an episode-level field (or is already a step field).
-      ReverbConnectionError: If the server does not answer within `timeout_ms`.
+      ReverbConnectionError: If nothing answers at the server's address, or the server
+        does not answer within `timeout_ms`; names the address.
       TableError: If a table does not exist (lists those that do).
       SpecMismatchError: If a table signature differs from the items (leaf-by-leaf diff).
       TableTooSmallError: If the items would not fit without eviction.
       InvalidEpisodeError: In `'raise'` mode, at the first invalid episode.
       EpisodeTooLongError: If an episode exceeds `items.Episode(max_length)`.
-      PushError: If writing fails part way; says how many episodes were fully written.
+      PushError: If writing fails part way, also when the server dies; says how many
+        episodes and items were fully written. The writer is closed first.
 
     Example:
       >>> stats = rlds_reverb.push(episodes, 'localhost:8000', 'replay',
@@ -296,11 +304,8 @@ def push(
         stats=stats,
         address=client.server_address,
     )
-    try:
+    with writer_engine:  # Closed on every path: no writer is left to its destructor.
         pusher.run(plans)
-    except BaseException:
-        writer_engine.abandon()
-        raise
     stats.seconds = time.perf_counter() - started
     return stats
 

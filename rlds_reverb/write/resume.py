@@ -220,11 +220,8 @@ def write_remaining_items(
         max_in_flight_items=max_in_flight_items,
         timeout_ms=timeout_ms,
     )
-    try:
+    with engine:  # Closed on every path: no writer is left to its destructor.
         return engine.write_episode(rest)
-    except BaseException:
-        engine.abandon()
-        raise
 
 
 def push_resumable(
@@ -255,7 +252,9 @@ def push_resumable(
 
     Raises:
       ResumeError: If the table holds more items than the dataset gives.
-      PushError: If writing fails; `episodes_written` counts from episode 0 of the dataset.
+      ReverbConnectionError: If nothing answers at the server's address at the start.
+      PushError: If writing fails, also when the server dies part way; `episodes_written`
+        counts from episode 0 of the dataset.
     """
     item = item or items.TwoStep()
     # Ids count from episode 0 of the whole dataset, also when the push starts later.
@@ -282,7 +281,7 @@ def push_resumable(
         part = episodes.skip(first).take(chunk)
         try:
             done = push_lib.push(part, client, table, item=item, **push_options)
-        except errors.PushError as e:
+        except (errors.PushError, errors.ReverbConnectionError) as e:  # A server that died.
             raise _from_dataset_start(e, first, stats) from e
         stats = stats.merge(done)
         if checkpoint_every:
@@ -330,7 +329,7 @@ def _checkpoint(client: reverb.Client, *, written: int, stats: push_lib.PushStat
     """Checkpoints the server; a failure is a `PushError` saying what is fully written."""
     try:
         checkpoints.checkpoint_server(client)
-    except errors.CheckpointError as e:
+    except (errors.CheckpointError, errors.ReverbConnectionError) as e:
         raise errors.PushError(
             f'{e} [episodes 0..{written - 1} of the dataset are fully written; those after the '
             'latest checkpoint are lost if the server restarts from it; run the resumable push '
@@ -340,13 +339,18 @@ def _checkpoint(client: reverb.Client, *, written: int, stats: push_lib.PushStat
         ) from e
 
 
-def _from_dataset_start(error: errors.PushError, first: int, before: push_lib.PushStats):
-    """Returns `error` restated with counts from episode 0 of the dataset."""
-    written = first + error.episodes_written
+def _from_dataset_start(
+    error: errors.PushError | errors.ReverbConnectionError, first: int, before: push_lib.PushStats
+) -> errors.PushError:
+    """Returns `error` restated with counts from episode 0 of the dataset.
+
+    A `ReverbConnectionError` (the server died between two chunks) wrote nothing of its chunk.
+    """
+    written = first + getattr(error, 'episodes_written', 0)
     return errors.PushError(
         f'{error} [This push started at episode {first} of the dataset and counts from '
         f'there: episodes 0..{written - 1} of the dataset are fully written; run the '
         f'resumable push again to continue from episode {written}.]',
         episodes_written=written,
-        items_written=sum(before.items.values()) + error.items_written,
+        items_written=sum(before.items.values()) + getattr(error, 'items_written', 0),
     )

@@ -17,7 +17,7 @@ import reverb
 import tensorflow as tf
 
 from rlds_reverb.core.errors import TableError
-from rlds_reverb.serve import checkpoints, server, tables
+from rlds_reverb.serve import checkpoints, server, table_info, tables
 from rlds_reverb.transform import items as items_lib
 from rlds_reverb.transform import plans
 from rlds_reverb.write import push as push_lib
@@ -110,7 +110,7 @@ def seed_server(
     try:  # Until the result is handed over, an error stops the server.
         client = reverb.Client(f'localhost:{running.port}')
         if restoring:
-            info = client.server_info()
+            info = table_info.fetch_server_info(client, timeout_ms=push_lib.DEFAULT_TIMEOUT_MS)
             return SeedResult(
                 running,
                 SeedOutcome.RESTORED,
