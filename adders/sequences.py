@@ -96,7 +96,7 @@ def sequences(
         )
         windows = windows.unbatch()
         if end is types.EndBehavior.TRUNCATE:
-            windows = windows.map(_truncate_padding)
+            windows = windows.map(episodes.without_autograph(_truncate_padding))
         return windows
 
     return _transform
@@ -170,12 +170,17 @@ def _continue_windows(
     """Windows over the stream of all steps, crossing episode boundaries (CONTINUE)."""
     # Each episode's discounts follow its flags before the episodes become one stream.
     tensors = _episode.to_steps_tensors(dataset).map(
-        episodes.apply_terminal_discounts, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        episodes.without_autograph(episodes.apply_terminal_discounts),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
     )
     stream = tensors.flat_map(tf.data.Dataset.from_tensor_slices)
     windows = stream.window(length, shift=period, drop_remainder=False)
-    windows = windows.flat_map(lambda w: tf.data.Dataset.zip(w).batch(length))
+    windows = windows.flat_map(
+        episodes.without_autograph(lambda w: tf.data.Dataset.zip(w).batch(length))
+    )
 
+    @episodes.without_autograph
     def _keep(index: tf.Tensor, window: types.Step) -> tf.Tensor:
         size = tf.shape(window[types.IS_FIRST])[0]
         return _is_kept(index * period, size, length, period)
@@ -184,4 +189,5 @@ def _continue_windows(
         size = tf.shape(window[types.IS_FIRST])[0]
         return gather_window_steps(window, tf.range(length)[None, :], size, burn_in)
 
-    return windows.enumerate().filter(_keep).map(lambda _, w: _pad(w)).unbatch()
+    pad = episodes.without_autograph(lambda _, w: _pad(w))
+    return windows.enumerate().filter(_keep).map(pad).unbatch()

@@ -180,7 +180,9 @@ def to_rlds_episodes(episode_tensors: tf.data.Dataset) -> tf.data.Dataset:
       An RLDS dataset with one episode per element, its `steps` sliced along time (its tensor
       form remembered, see `from_whole_episodes`).
     """
-    return from_whole_episodes(episode_tensors.map(lambda steps: {types.STEPS: steps}))
+    return from_whole_episodes(
+        episode_tensors.map(without_autograph(lambda steps: {types.STEPS: steps}))
+    )
 
 
 def compute_terminal_discounts(steps: types.Nest) -> types.Nest:

@@ -724,6 +724,7 @@ def _check_records(
     parses as zero steps).
     """
 
+    @episodes_lib.without_autograph
     def _step_counts(record: tf.Tensor) -> dict:
         steps = parser.parse_example(record).get(types.STEPS, {})
         return {name: tf.shape(t)[0] for name, t in tree.flatten_with_path(steps)}
@@ -759,6 +760,11 @@ def _describe_uneven_counts(counts: dict) -> str | None:
     return f'{"; ".join(odd)} (the other step fields have {expected} steps)' if odd else None
 
 
+@episodes_lib.without_autograph
+def _count_one(count: tf.Tensor, _) -> tf.Tensor:
+    return count + 1
+
+
 def _scan_shards(
     paths: list[pathlib.Path], shard_lengths: list[int], *, where: str, split: str
 ) -> None:
@@ -766,7 +772,7 @@ def _scan_shards(
     for path, length in zip(paths, shard_lengths, strict=True):
         records = tf.data.TFRecordDataset(os.fspath(path))
         try:
-            count = int(records.reduce(tf.constant(0, tf.int64), lambda n, _: n + 1))
+            count = int(records.reduce(tf.constant(0, tf.int64), _count_one))
         except tf.errors.DataLossError as e:
             raise SourceError(
                 f'{where}: shard {path} of split {split!r} is truncated or corrupt '
@@ -808,8 +814,11 @@ def _with_discount(episodes: tf.data.Dataset, *, where: str) -> tf.data.Dataset:
     if types.REWARD not in step_spec:
         return episodes  # get_step_spec names every missing field.
     _warn_no_discount(where, stacklevel=5)
+    fill = episodes_lib.without_autograph(_fill_discount)
     return episodes.map(
-        lambda episode: {**episode, types.STEPS: episode[types.STEPS].map(_fill_discount)}
+        episodes_lib.without_autograph(
+            lambda episode: {**episode, types.STEPS: episode[types.STEPS].map(fill)}
+        )
     )
 
 

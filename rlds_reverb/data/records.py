@@ -148,7 +148,9 @@ def read_episode_records(
         )
     )
     records = files.interleave(
-        lambda path, skip, take: tf.data.TFRecordDataset(path).skip(skip).take(take),
+        episodes_lib.without_autograph(
+            lambda path, skip, take: tf.data.TFRecordDataset(path).skip(skip).take(take)
+        ),
         cycle_length=1 if info.disable_shuffling else _CYCLE_LENGTH,
         block_length=_BLOCK_LENGTH,
         num_parallel_calls=tf.data.AUTOTUNE,

@@ -577,7 +577,9 @@ def _find_reference_shapes(episodes: tf.data.Dataset, step_spec: dict) -> tuple 
     if all(spec.shape.is_fully_defined() for spec in tree.flatten(step_spec)):
         return None
     tensors = episodes_lib.to_episode_tensors(episodes)
-    non_empty = tensors.filter(lambda s: episodes_lib.episode_length(s) > 0)
+    non_empty = tensors.filter(
+        episodes_lib.without_autograph(lambda s: episodes_lib.episode_length(s) > 0)
+    )
     for steps in non_empty.take(1):
         return [s.numpy() for s in _step_shapes(steps)], _leaf_names(step_spec)
     return None

@@ -49,6 +49,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 import tree
 
+from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import types
 from rlds_reverb.core.errors import ExportError
 from rlds_reverb.data import tfds_writer
@@ -520,7 +521,9 @@ def _read_batches(copy: table_copy.TableCopy, batch_items: int, timeout_ms: int)
         num_workers_per_iterator=1,  # One stream keeps the queue's order.
         rate_limiter_timeout_ms=timeout_ms,
     )
-    data = dataset.take(copy.num_items).map(lambda sample: sample.data)
+    data = dataset.take(copy.num_items).map(
+        episodes_lib.without_autograph(lambda sample: sample.data)
+    )
     return data.padded_batch(batch_items).prefetch(2).as_numpy_iterator()
 
 

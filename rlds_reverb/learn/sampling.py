@@ -57,6 +57,7 @@ import tensorflow as tf
 import tree
 
 from rlds_reverb.core import checks, types
+from rlds_reverb.core.episodes import without_autograph
 from rlds_reverb.core.errors import EmptyTableError, TableError
 from rlds_reverb.learn import priorities
 from rlds_reverb.serve import table_info
@@ -300,7 +301,7 @@ def _make_empty_table_error(table: str, timeout_ms: int, element_spec: Any) -> t
                 lambda s: tf.zeros(_make_placeholder_shape(s.shape), s.dtype), element_spec
             )
 
-    return tf.data.Dataset.range(1).map(fail)
+    return tf.data.Dataset.range(1).map(without_autograph(fail))
 
 
 def _make_placeholder_shape(shape: tf.TensorShape) -> list[int]:
@@ -580,7 +581,7 @@ class LearnerDataset:
             return parts[0]
         # Each part batches in its own thread (prefetch), in parallel with the others.
         return tf.data.Dataset.zip(tuple(part.prefetch(1) for part in parts)).map(
-            lambda *samples: _concat_samples(samples)
+            without_autograph(lambda *samples: _concat_samples(samples))
         )
 
     def _make_iterator_dataset(self, index: int, count: int) -> tf.data.Dataset:
@@ -597,7 +598,9 @@ class LearnerDataset:
             rate_limiter_timeout_ms=self.rate_limiter_timeout_ms,
         )
         if self.staleness is not None:
-            samples = samples.filter(self.staleness.make_predicate(self.item_spec))
+            samples = samples.filter(
+                without_autograph(self.staleness.make_predicate(self.item_spec))
+            )
         if self.rate_limiter_timeout_ms >= 0:
             samples = samples.concatenate(
                 _make_empty_table_error(
@@ -690,10 +693,10 @@ class LearnerDataset:
         """
         parts = tuple(self.make_source_dataset(i) for i in range(len(self.sources)))
         if len(parts) == 1:
-            batches = parts[0].map(self.make_batch)
+            batches = parts[0].map(without_autograph(self.make_batch))
         else:
             batches = tf.data.Dataset.zip(parts).map(
-                lambda *samples: self.make_batch(_concat_samples(samples))
+                without_autograph(lambda *samples: self.make_batch(_concat_samples(samples)))
             )
         return batches.prefetch(self.prefetch_batches)
 
