@@ -67,7 +67,8 @@ def _case_items() -> dict[str, tuple[items.ItemKind, list]]:
     return layout
 
 
-def _fifo_table(name: str, signature, max_size: int = 1000) -> reverb.Table:
+def make_fifo_table(name: str, signature, max_size: int = 1000) -> reverb.Table:
+    """A table that samples in insertion order and removes what it samples."""
     return reverb.Table(
         name=name,
         sampler=reverb.selectors.Fifo(),
@@ -84,8 +85,8 @@ def make_tables() -> list[reverb.Table]:
     result = []
     for name, (kind, specs) in _case_items().items():
         signature = tables.signature_for(kind, builders.case_dataset(specs))
-        result.append(_fifo_table(name, signature, max_size=2 if name == 'tiny' else 1000))
-    result.append(_fifo_table('unsigned', None))
+        result.append(make_fifo_table(name, signature, max_size=2 if name == 'tiny' else 1000))
+    result.append(make_fifo_table('unsigned', None))
     two_step = tables.signature_for(items.TwoStep(), builders.case_dataset(THREE_EPISODES))
     result.append(reverb.Table.queue('queue', max_size=2, signature=two_step))
     return result

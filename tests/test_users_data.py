@@ -165,18 +165,6 @@ def test_convert_yields_each_steps_trajectory_once(data):
 # --- Push, every item kind -------------------------------------------------------------------
 
 
-def _fifo_table(name, signature) -> reverb.Table:
-    return reverb.Table(
-        name=name,
-        sampler=reverb.selectors.Fifo(),
-        remover=reverb.selectors.Fifo(),
-        max_size=1_000_000,
-        rate_limiter=reverb.rate_limiters.MinSize(1),
-        max_times_sampled=1,
-        signature=signature,
-    )
-
-
 @pytest.fixture(scope='module')
 def users_server(users_dir, users_plain_dir):
     """A server with a FIFO-read table per (dataset, kind): `users:two_step`, ..."""
@@ -185,7 +173,9 @@ def users_server(users_dir, users_plain_dir):
         episodes = load(directory)
         for kind_name, kind in KINDS.items():
             signature = tables.signature_for(kind, episodes)
-            made.append(_fifo_table(f'{name}:{kind_name}', signature))
+            made.append(
+                reverb_tables.make_fifo_table(f'{name}:{kind_name}', signature, max_size=1_000_000)
+            )
     server = reverb.Server(made, port=None)
     yield server
     server.stop()
@@ -302,7 +292,12 @@ def test_push_with_beam_writes_the_reference_items_each_once(users_plain_dir, tm
     pipeline = pytest.importorskip('rlds_reverb.distribute.pipeline')
     kind = items.TwoStep()
     signature = tables.signature_for(kind, load(users_plain_dir))
-    servers = [reverb.Server([_fifo_table('replay', signature)], port=None) for _ in range(2)]
+    servers = [
+        reverb.Server(
+            [reverb_tables.make_fifo_table('replay', signature, max_size=1_000_000)], port=None
+        )
+        for _ in range(2)
+    ]
     try:
         addresses = [f'localhost:{s.port}' for s in servers]
         result = pipeline.push_with_beam(users_plain_dir, addresses, 'replay', item=kind)

@@ -91,18 +91,6 @@ def users_specs(draw, *, max_episodes: int = 60, flag_discounts: bool = False):
     )
 
 
-def _fifo_table(name, signature) -> reverb.Table:
-    return reverb.Table(
-        name=name,
-        sampler=reverb.selectors.Fifo(),
-        remover=reverb.selectors.Fifo(),
-        max_size=1_000_000,
-        rate_limiter=reverb.rate_limiters.MinSize(1),
-        max_times_sampled=1,
-        signature=signature,
-    )
-
-
 @pytest.fixture(scope='module')
 def workdir(tmp_path_factory):
     return tmp_path_factory.mktemp('users_properties')
@@ -113,7 +101,10 @@ def kind_tables(workdir) -> list[reverb.Table]:
     """A table per `KINDS` entry; new `reverb.Table`s on every call of the returned function."""
     sample = load(users_data.write(workdir / 'sample', _SAMPLE))
     signatures = {name: tables.signature_for(kind, sample) for name, kind in KINDS.items()}
-    return lambda: [_fifo_table(name, signature) for name, signature in signatures.items()]
+    return lambda: [
+        reverb_tables.make_fifo_table(name, signature, max_size=1_000_000)
+        for name, signature in signatures.items()
+    ]
 
 
 @pytest.fixture(scope='module')
