@@ -346,10 +346,54 @@ def _warm_up(directory: pathlib.Path) -> None:
         pass
 
 
+def _print_setup(directory: pathlib.Path) -> None:
+    """Where the time to the first element goes in ours, stage by stage (one run)."""
+    marks = [('start', time.perf_counter())]
+
+    def _mark(label: str) -> None:
+        marks.append((label, time.perf_counter()))
+
+    episodes = rlds_reverb.load(directory)
+    _mark('load()')
+    batches = rlds_reverb.convert_rlds_to_trajectories(episodes, batch_size=_BATCH)
+    _mark('convert(batch_size=256) (pipeline built, traced)')
+    iterator = iter(batches)
+    _mark('iter()')
+    next(iterator)
+    _mark('first batch')
+    signature = tables.signature_for(rlds_reverb.items.TwoStep(), episodes)
+    _mark('push: table signature')
+    server = reverb.Server([tables.uniform(_TABLE, max_size=_MAX_ITEMS, signature=signature)])
+    _mark('push: server started')
+    try:
+        address = f'localhost:{server.port}'
+        first = []
+        rlds_reverb.push(
+            episodes.take(1), address, _TABLE, progress=lambda *_: first.append(time.perf_counter())
+        )
+        marks.append(('push: first episode written', first[0]))
+        _mark('push: returned (1 episode)')
+        data_spec = tf.nest.map_structure(lambda s: tf.TensorSpec(s.shape[1:], s.dtype), signature)
+        learner = sampling.LearnerDataset(
+            address, _TABLE, data_spec=data_spec, batch_size=_BATCH, sequence_length=2
+        )
+        _mark('LearnerDataset()')
+        dataset = learner.as_dataset()
+        _mark('LearnerDataset.as_dataset()')
+        next(iter(dataset))
+        _mark('LearnerDataset: first batch')
+    finally:
+        server.stop()
+    print(' set-up of ours, stage by stage (seconds since the previous stage):')
+    for (_, before), (label, at) in zip(marks, marks[1:], strict=False):
+        print(f'  {label:<52} {at - before:6.3f} s')
+
+
 def run_layout(directory: pathlib.Path, name: str, *, rounds: int) -> None:
     steps = _LAYOUTS[name].steps
     print(f'\n== {name}: {directory} ({steps:,} steps)', flush=True)
     _warm_up(directory)
+    _print_setup(directory)
 
     def _load():
         return episodes_lib.to_episode_tensors(rlds_reverb.load(directory))
