@@ -62,7 +62,7 @@ def _write_cartpole(data_dir: pathlib.Path) -> pathlib.Path:
     return target
 
 
-def _commands(program: list[str]) -> list[str]:
+def _commands() -> list[str]:
     """The subcommands, as the parser lists them (cheap: the parser loads no heavy library)."""
     code = 'from rlds_reverb.cli import app; print(*app.build_parser()._subparsers._group_actions[0].choices)'
     out = subprocess.run([sys.executable, '-c', code], check=True, capture_output=True, text=True)
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f'program: {" ".join(program)}; protobuf implementation: {protobuf}')
     dataset = _write_cartpole(data_dir)
     _report('rlds-reverb --help', _time_runs([*program, '--help'], args.runs), _HELP_TARGET_S)
-    for command in _commands(program):
+    for command in _commands():
         _report(
             f'rlds-reverb {command} --help',
             _time_runs([*program, command, '--help'], args.runs),
