@@ -390,13 +390,12 @@ def _values(enum_type) -> list[str]:
 
 
 def _add_item_arguments(parser: argparse.ArgumentParser) -> None:
-    from rlds_reverb.core import types
-    from rlds_reverb.transform import items
+    from rlds_reverb.core import types  # The enums, without TensorFlow (help stays quick).
 
     common.add_source_arguments(parser)
     parser.add_argument('--table', default='replay', help="table name (default 'replay')")
     parser.add_argument(
-        '--item', default=items.ItemName.TWO_STEP.value, choices=_values(items.ItemName)
+        '--item', default=types.ItemName.TWO_STEP.value, choices=_values(types.ItemName)
     )
     parser.add_argument('--n', type=int, default=3, help='n-step: steps (default 3)')
     parser.add_argument('--gamma', type=float, default=0.99, help='n-step: discount')
@@ -411,8 +410,8 @@ def _add_item_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument('--max-length', type=int, default=1000, help='episode: max steps')
     parser.add_argument(
         '--overflow',
-        default=items.EpisodeOverflow.ERROR.value,
-        choices=_values(items.EpisodeOverflow),
+        default=types.EpisodeOverflow.ERROR.value,
+        choices=_values(types.EpisodeOverflow),
         help='episode: what to do with longer episodes',
     )
     parser.add_argument(
@@ -424,15 +423,15 @@ def _add_item_arguments(parser: argparse.ArgumentParser) -> None:
 
 def add_serve_parser(subparsers) -> argparse.ArgumentParser:
     """Adds `serve`: seed (or restore) a Reverb server, checkpoint it, serve until stopped."""
-    from rlds_reverb.serve import tables
+    from rlds_reverb.core import types  # Not `serve.tables`: that imports TensorFlow.
 
     parser = subparsers.add_parser('serve', help='seed or restore a Reverb server and serve it')
     _add_item_arguments(parser)
     parser.add_argument('--port', type=int, required=True, help='port to serve on')
     parser.add_argument(
         '--table-preset',
-        default=tables.TablePreset.UNIFORM.value,
-        choices=_values(tables.TablePreset),
+        default=types.TablePreset.UNIFORM.value,
+        choices=_values(types.TablePreset),
     )
     parser.add_argument('--priority-exponent', type=float, default=0.6)
     parser.add_argument('--max-size', type=int, default=None, help='default: the item count')

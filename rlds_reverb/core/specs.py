@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from typing import TYPE_CHECKING
 
 import tensorflow as tf
 import tree
-from tf_agents.specs import tensor_spec
-from tf_agents.trajectories import policy_step, trajectory
-from tf_agents.trajectories import time_step as ts
+
+if TYPE_CHECKING:
+    from tf_agents.specs import tensor_spec
+    from tf_agents.trajectories import trajectory
 
 from rlds_reverb.core import types
 from rlds_reverb.core.errors import RldsReverbError, SourceError, SpecMismatchError
@@ -96,6 +98,8 @@ def get_extra_step_fields(step_spec: dict[str, types.SpecNest]) -> list[str]:
 
 def _discount_spec(discount: tf.TensorSpec) -> tensor_spec.BoundedTensorSpec:
     """Returns TF-Agents' discount spec, keeping the data's dtype and shape."""
+    from tf_agents.specs import tensor_spec  # Late, as below: `load` and `info` need no TF-Agents.
+
     return tensor_spec.BoundedTensorSpec(
         shape=discount.shape, dtype=discount.dtype, minimum=0.0, maximum=1.0, name='discount'
     )
@@ -153,6 +157,9 @@ def create_trajectory_data_spec(
     Example:
       >>> spec = create_trajectory_data_spec(rlds_reverb.load(path))
     """
+    from tf_agents.trajectories import policy_step, trajectory
+    from tf_agents.trajectories import time_step as ts
+
     with use_tf_agents_messages():
         step_spec = get_step_spec(rlds_data)
     info = trace_policy_info_spec(step_spec, policy_info_fn, extra_fields=extra_fields)
@@ -221,4 +228,6 @@ def check_specs_match(expected: types.SpecNest, actual: types.SpecNest, *, what:
 
 def add_outer_dim(spec: types.SpecNest) -> types.SpecNest:
     """Returns `spec` with an unknown leading dimension on every leaf (a table signature)."""
+    from tf_agents.specs import tensor_spec
+
     return tensor_spec.add_outer_dim(spec)

@@ -13,22 +13,24 @@ last step means o_L is terminal; `is_last` without `is_terminal` means truncatio
 from __future__ import annotations
 
 import enum
-from typing import Any
-
-import rlds
-import tensorflow as tf
+from typing import TYPE_CHECKING, Any
 
 from rlds_reverb.core import deprecation
 
-# RLDS' own names, re-exported so that the rest of the package imports only this module.
-STEPS: str = rlds.STEPS
-OBSERVATION: str = rlds.OBSERVATION
-ACTION: str = rlds.ACTION
-REWARD: str = rlds.REWARD
-DISCOUNT: str = rlds.DISCOUNT
-IS_FIRST: str = rlds.IS_FIRST
-IS_LAST: str = rlds.IS_LAST
-IS_TERMINAL: str = rlds.IS_TERMINAL
+if TYPE_CHECKING:
+    import tensorflow as tf
+
+# RLDS' own names (the values of `rlds.STEPS`... , checked by tests/test_types.py), spelled
+# out so that this module, and the command line's parser which needs its enums, load
+# without importing RLDS and TensorFlow.
+STEPS: str = 'steps'
+OBSERVATION: str = 'observation'
+ACTION: str = 'action'
+REWARD: str = 'reward'
+DISCOUNT: str = 'discount'
+IS_FIRST: str = 'is_first'
+IS_LAST: str = 'is_last'
+IS_TERMINAL: str = 'is_terminal'
 
 # Fields this toolkit adds to steps.
 N_STEP_RETURN = 'n_step_return'
@@ -148,6 +150,36 @@ class EndBehavior(enum.Enum):
     CONTINUE = 'continue'
 
 
+class EpisodeOverflow(enum.Enum):
+    """What `Episode(max_length)` does with an episode longer than `max_length`.
+
+    ERROR: raise `EpisodeTooLongError` before writing the episode (the default).
+    SPLIT: write it as consecutive `max_length` chunks, the last one padded.
+    TRUNCATE: write its first `max_length` steps only.
+    """
+
+    ERROR = 'error'
+    SPLIT = 'split'
+    TRUNCATE = 'truncate'
+
+
+class ItemName(enum.Enum):
+    """The item kinds by the names the command line and `parse_item` take."""
+
+    TWO_STEP = 'two-step'
+    N_STEP = 'n-step'
+    SEQUENCE = 'sequence'
+    EPISODE = 'episode'
+
+
+class TablePreset(enum.Enum):
+    """The table presets of `make_table`, the seeding functions and `rlds-reverb serve`."""
+
+    UNIFORM = 'uniform'
+    PRIORITIZED = 'prioritized'
+    FIFO = 'fifo'
+
+
 def as_enum(enum_type: type[enum.Enum], value: Any, *, argument: str) -> Any:
     """Returns `value` as a member of `enum_type`, accepting members, names and values.
 
@@ -173,4 +205,6 @@ def as_enum(enum_type: type[enum.Enum], value: Any, *, argument: str) -> Any:
 
 def is_floating(dtype: tf.dtypes.DType) -> bool:
     """Returns whether `dtype` is a floating-point dtype."""
+    import tensorflow as tf  # Late: this module loads without TensorFlow.
+
     return tf.as_dtype(dtype).is_floating

@@ -6,9 +6,11 @@ The directory is a real TFDS dataset: `dataset_info.json` and `features.json` ar
 `tfds.features.Dataset` of steps stores each step field as one flat list per episode), so
 `tfds.builder_from_directory` reads them back with a `steps` `tf.data.Dataset` per episode.
 
-Only the serialization is our own: TFDS encodes every step in Python through the pure-Python
-protobuf runtime (about 10,000 steps/s here); this module writes the protobuf wire format of
-whole episodes with NumPy (tests check the bytes equal TFDS' own serializer's).
+Only the serialization is our own: TFDS encodes every step in Python through protobuf
+messages (about 10,000 steps/s with the pure-Python runtime); this module writes the
+protobuf wire format of whole episodes with NumPy (tests check that TFDS' own serializer
+gives the same Example, of the same size; the order of the feature map's entries is the
+protobuf runtime's).
 
 The dataset is written into a hidden sibling directory and renamed into place at the end, so
 a directory that holds `dataset_info.json` is complete; an interrupted write leaves only a

@@ -8,7 +8,6 @@ spec functions as the converter (`rlds_reverb.core.specs`).
 
 from __future__ import annotations
 
-import enum
 from collections.abc import Sequence
 
 import reverb
@@ -30,12 +29,8 @@ __getattr__ = deprecation.make_moved_getattr(
 )
 
 
-class TablePreset(enum.Enum):
-    """The table presets of `make_table`, the seeding functions and `rlds-reverb serve`."""
-
-    UNIFORM = 'uniform'
-    PRIORITIZED = 'prioritized'
-    FIFO = 'fifo'
+# Defined with the vocabulary, so that the command line's parser loads without TensorFlow.
+TablePreset = types.TablePreset
 
 
 def _check_int(value: int, *, argument: str, minimum: int) -> int:

@@ -38,7 +38,6 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import enum
 
 import tensorflow as tf
 
@@ -49,27 +48,9 @@ from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core.specs import PolicyInfoFn
 from rlds_reverb.transform import convert
 
-
-class EpisodeOverflow(enum.Enum):
-    """What `Episode(max_length)` does with an episode longer than `max_length`.
-
-    ERROR: raise `EpisodeTooLongError` before writing the episode (the default).
-    SPLIT: write it as consecutive `max_length` chunks, the last one padded.
-    TRUNCATE: write its first `max_length` steps only.
-    """
-
-    ERROR = 'error'
-    SPLIT = 'split'
-    TRUNCATE = 'truncate'
-
-
-class ItemName(enum.Enum):
-    """The item kinds by the names the command line and `parse_item` take."""
-
-    TWO_STEP = 'two-step'
-    N_STEP = 'n-step'
-    SEQUENCE = 'sequence'
-    EPISODE = 'episode'
+# Defined with the vocabulary, so that the command line's parser loads without TensorFlow.
+EpisodeOverflow = types.EpisodeOverflow
+ItemName = types.ItemName
 
 
 @dataclasses.dataclass(frozen=True)
