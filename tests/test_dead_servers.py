@@ -80,7 +80,12 @@ def _learner(source, address):
 
 
 def _export(source, address):
-    reverb_export.export_table(source.parent.parent / 'out' / '1.0.0', _TABLE, server=address)
+    reverb_export.export_table(
+        source.parent.parent / 'out' / '1.0.0',
+        _TABLE,
+        server=address,
+        server_checkpoint_dir=source.parent.parent,
+    )
 
 
 def _checkpoint(source, address):
@@ -121,12 +126,23 @@ def test_every_entry_point_names_a_dead_server_within_5_s(entry_point, source, d
         ['push', '{source}', '--server', '{address}', '--no-progress'],
         ['push', '{source}', '--server', '{address}', '--resume', '--no-progress'],
         ['push', '{source}', '--server', '{address}', '--checkpoint-every', '1'],
-        ['export', '--server', '{address}', '--table', _TABLE, '--no-progress', '{out}'],
+        [
+            'export',
+            '--server',
+            '{address}',
+            '--server-checkpoint-dir',
+            '{checkpoints}',
+            '--table',
+            _TABLE,
+            '--no-progress',
+            '{out}',
+        ],  # fmt: skip
     ],
     ids=['push', 'push-resume', 'push-checkpoint-every', 'export'],
 )
 def test_every_command_names_a_dead_server_within_5_s(argv, source, dead_address, run_cli):
-    fill = dict(source=source, address=dead_address, out=source.parent.parent / 'cli_out')
+    root = source.parent.parent
+    fill = dict(source=source, address=dead_address, out=root / 'cli_out', checkpoints=root)
     started = time.monotonic()
     code, _, err = run_cli(*[arg.format(**fill) for arg in argv])
     assert time.monotonic() - started < _NAMED_WITHIN_S

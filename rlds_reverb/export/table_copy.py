@@ -36,7 +36,7 @@ from tensorflow.python.saved_model import nested_structure_coder
 
 from rlds_reverb.core import files
 from rlds_reverb.core.errors import ExportError
-from rlds_reverb.serve import checkpoints
+from rlds_reverb.serve import checkpoints, table_info
 
 _COMPRESSION = 'ZLIB'
 _TABLES_FILE = 'tables.tfrecord'
@@ -318,9 +318,18 @@ class TableReader:
             self._server = None
 
 
+# The most a live server may take to list its tables, once it accepted a connection.
+_SERVER_INFO_TIMEOUT_MS = 30_000
+
+
 def _check_server_table(client: reverb.Client, table: str) -> None:
-    """Raises `ExportError` unless the server holds `table`, before anything is checkpointed."""
-    held = sorted(client.server_info())
+    """Raises `ExportError` unless the server holds `table`, before anything is checkpointed.
+
+    Raises:
+      ReverbConnectionError: If nothing answers at the server's address (named at once).
+      ExportError: If the server holds no such table.
+    """
+    held = sorted(table_info.fetch_server_info(client, timeout_ms=_SERVER_INFO_TIMEOUT_MS))
     if table not in held:
         raise ExportError(
             f'The server at {client.server_address} holds no table {table!r}; it holds '
