@@ -333,6 +333,7 @@ def export_address(users_dir, tmp_path):
         add_ids=True,
         episode_fields=(users_data.METADATA,),
     )
+    (tmp_path / 'ckpt').mkdir()  # Export names it; Reverb makes it only when it checkpoints.
     checkpointer = checkpointers_lib.DefaultCheckpointer(str(tmp_path / 'ckpt'))
     table = tables.uniform('replay', max_size=1_000_000, signature=signature)
     server = reverb.Server([table], port=None, checkpointer=checkpointer)
@@ -352,6 +353,7 @@ def test_export_gives_back_the_pushed_episodes_with_images_strings_and_metadata(
         tmp_path / 'api' / '1.0.0',
         'replay',
         server=export_address,
+        server_checkpoint_dir=tmp_path / 'ckpt',
         episode_fields=(users_data.METADATA,),
     )
     assert (stats.episodes, stats.steps) == (len(USERS_SPEC.lengths), USERS_SPEC.num_steps)
@@ -361,6 +363,8 @@ def test_export_gives_back_the_pushed_episodes_with_images_strings_and_metadata(
         'export',
         '--server',
         export_address,
+        '--server-checkpoint-dir',
+        tmp_path / 'ckpt',
         '--table',
         'replay',
         '--episode-field',

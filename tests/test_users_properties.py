@@ -133,6 +133,7 @@ def export_server(workdir):
         )
         for name, (kind, add_ids, _) in EXPORTS.items()
     ]
+    (workdir / 'ckpt').mkdir()  # Export names it; Reverb makes it only when it checkpoints.
     checkpointer = checkpointers_lib.DefaultCheckpointer(str(workdir / 'ckpt'))
     running = reverb.Server(made, port=None, checkpointer=checkpointer)
     yield running
@@ -225,7 +226,13 @@ def test_export_of_push_gives_back_the_dataset(workdir, export_server, spec, exp
     address = f'localhost:{export_server.port}'
     rlds_reverb.push(load(directory), address, export_name, item=kind, add_ids=add_ids)
     out = workdir / f'export{next(_NAMES)}' / '1.0.0'
-    rlds_reverb.export_table(out, export_name, server=address, item=export_item)
+    rlds_reverb.export_table(
+        out,
+        export_name,
+        server=address,
+        server_checkpoint_dir=workdir / 'ckpt',
+        item=export_item,
+    )
     want = _steps_by_origin(original)
     got = _steps_by_origin(users_data.read_with_tfds(out))
     assert sorted(got) == sorted(want)
