@@ -40,7 +40,7 @@ import tensorflow as tf  # noqa: E402
 import adders  # noqa: E402
 from rlds_reverb.core import episodes as episodes_lib  # noqa: E402
 from rlds_reverb.core import types  # noqa: E402
-from rlds_reverb.data.synthetic import make_synthetic_episodes  # noqa: E402
+from rlds_reverb.examples.synthetic import make_synthetic_episodes  # noqa: E402
 
 _LENGTH = 1000
 _BATCH = 16

@@ -32,11 +32,11 @@ import reverb
 from benchmarks.common import print_row
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import types
-from rlds_reverb.data import tfds_writer
-from rlds_reverb.data.loading import load
-from rlds_reverb.data.synthetic import make_synthetic_episodes
 from rlds_reverb.distribute import pipeline
+from rlds_reverb.examples.synthetic import make_synthetic_episodes
+from rlds_reverb.read.loading import load
 from rlds_reverb.serve import tables
+from rlds_reverb.storage import tfds_writer
 from rlds_reverb.transform import items
 from rlds_reverb.transform.plans import summarize_episodes
 from rlds_reverb.write import push as push_lib

@@ -3,7 +3,7 @@
 Each figure is the median wall time of `--runs` fresh processes (the program as users
 start it, `rlds-reverb` next to this Python, or `python -m rlds_reverb.cli`), with the
 lowest and highest. `info` reads the embedded CartPole dataset
-(`rlds_reverb.data.cartpole.generate` defaults: 250 episodes, 68,782 steps), written once
+(`rlds_reverb.examples.cartpole.generate` defaults: 250 episodes, 68,782 steps), written once
 to `--data-dir`. For scale, the import of TensorFlow alone is timed the same way, and the
 protobuf implementation is printed (`upb` is the compiled one).
 
@@ -57,7 +57,9 @@ def _write_cartpole(data_dir: pathlib.Path) -> pathlib.Path:
     """Writes (unless present) the embedded CartPole dataset; returns its directory."""
     target = data_dir / 'cartpole_v1' / '1.0.0'
     if not (target / 'dataset_info.json').is_file():
-        code = 'import sys; from rlds_reverb.data import cartpole; cartpole.generate(sys.argv[1])'
+        code = (
+            'import sys; from rlds_reverb.examples import cartpole; cartpole.generate(sys.argv[1])'
+        )
         subprocess.run([sys.executable, '-c', code, os.fspath(data_dir)], check=True)
     return target
 

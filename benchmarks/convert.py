@@ -17,7 +17,7 @@ import tensorflow as tf
 from tf_agents.replay_buffers import rlds_to_reverb as tfa_rlds
 
 from benchmarks.common import measure_steps_per_second, print_row
-from rlds_reverb.data.synthetic import make_synthetic_episodes
+from rlds_reverb.examples.synthetic import make_synthetic_episodes
 from rlds_reverb.transform import convert
 
 _BATCH = 256

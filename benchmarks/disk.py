@@ -59,7 +59,7 @@ import adders
 import rlds_reverb
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import files, types
-from rlds_reverb.data import synthetic
+from rlds_reverb.examples import synthetic
 from rlds_reverb.learn import sampling
 from rlds_reverb.serve import tables
 

@@ -33,7 +33,7 @@ from tf_agents.policies import random_py_policy
 from tf_agents.replay_buffers import reverb_replay_buffer, reverb_utils
 
 from benchmarks.common import print_row
-from rlds_reverb.data.synthetic import make_synthetic_episodes
+from rlds_reverb.examples.synthetic import make_synthetic_episodes
 from rlds_reverb.export import recorder, reverb_export
 from rlds_reverb.serve import tables
 from rlds_reverb.transform import items

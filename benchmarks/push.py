@@ -33,7 +33,7 @@ from tf_agents.replay_buffers import reverb_utils
 from tf_agents.replay_buffers import rlds_to_reverb as tfa_rlds
 
 from benchmarks.common import print_row
-from rlds_reverb.data.synthetic import make_synthetic_episodes
+from rlds_reverb.examples.synthetic import make_synthetic_episodes
 from rlds_reverb.serve import tables
 from rlds_reverb.transform import convert, items
 from rlds_reverb.write import push as writers

@@ -38,7 +38,7 @@ import reverb  # noqa: E402
 import tensorflow as tf  # noqa: E402
 from tf_agents.replay_buffers import reverb_replay_buffer  # noqa: E402
 
-from rlds_reverb.data.synthetic import make_synthetic_episodes  # noqa: E402
+from rlds_reverb.examples.synthetic import make_synthetic_episodes  # noqa: E402
 from rlds_reverb.learn import sampling  # noqa: E402
 from rlds_reverb.serve import tables  # noqa: E402
 from rlds_reverb.transform import items  # noqa: E402

@@ -1,20 +1,22 @@
 """rlds-reverb: RLDS datasets to TF-Agents trajectories in Reverb tables, fast.
 
-The package is arranged by role, in the order data flows through it:
+The package is arranged by role, in the order data flows through it; each room imports only
+itself and the rooms listed before it:
 
     core/       vocabulary (field names, enums), errors, argument checks, specs, episode tensors
-    data/       open RLDS datasets, validate and describe them; the embedded CartPole data
+    storage/    RLDS on disk: the TFDS dataset writer
+    read/       open RLDS datasets (TFDS directory, TFDS name, `tf.data`) as whole episodes
+    check/      validate and describe datasets
+    adders/     (the top-level `adders` package) tf.data transforms: n-step, GAE, sequences,
+                frame stacking; they build on `core` only
     transform/  two-step trajectories (TF-Agents drop-in), item kinds, per-episode write plans
+    serve/      table presets and lookups, servers, checkpoints
     write/      push into Reverb (writer engines), observers, resumable pushes, seeding
     distribute/ the Apache Beam pipeline: push into several Reverb servers (`beam` extra)
-    serve/      table presets and lookups, servers, checkpoints
     learn/      learner datasets: mixing, importance weights, priority updates
     export/     back to RLDS: export Reverb tables, record TF-Agents drivers
+    examples/   the embedded CartPole data, synthetic data, the demo agent (offline CQL-DQN)
     cli/        the `rlds-reverb` command line
-    examples/   the demo agent (offline CQL-DQN from Reverb)
-
-The top-level `adders` package holds the `tf.data` transforms (n-step, GAE, sequences,
-frame stacking); it builds on `core` only.
 
 The names below are the public API. They load on first use, so that `import rlds_reverb`
 (and the command line) starts without importing TensorFlow until something needs it. See
@@ -46,9 +48,9 @@ _EXPORTS = {
     'SpecMismatchError': 'rlds_reverb.core.errors:SpecMismatchError',
     'create_trajectory_data_spec': 'rlds_reverb.core.specs:create_trajectory_data_spec',
     'get_rlds_step_features': 'rlds_reverb.core.specs:get_rlds_step_features',
-    'load': 'rlds_reverb.data.loading:load',
-    'validate': 'rlds_reverb.data.validation:validate',
-    'ValidationReport': 'rlds_reverb.data.validation:ValidationReport',
+    'load': 'rlds_reverb.read.loading:load',
+    'validate': 'rlds_reverb.check.validation:validate',
+    'ValidationReport': 'rlds_reverb.check.validation:ValidationReport',
     'convert_rlds_to_trajectories': 'rlds_reverb.transform.convert:convert_rlds_to_trajectories',
     'PushStats': 'rlds_reverb.write.push:PushStats',
     'push': 'rlds_reverb.write.push:push',

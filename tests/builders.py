@@ -19,7 +19,7 @@ import tensorflow_datasets as tfds
 
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import types
-from rlds_reverb.data import tfds_writer
+from rlds_reverb.storage import tfds_writer
 
 # How an episode ends: `is_last` and `is_terminal` on its last step, `is_last` only, or
 # neither (a segment: a chunk of a longer stream).

@@ -28,8 +28,8 @@ import reverb  # noqa: E402
 import tensorflow as tf  # noqa: E402
 
 from rlds_reverb import cli  # noqa: E402
-from rlds_reverb.data import cartpole  # noqa: E402
-from rlds_reverb.data.loading import load  # noqa: E402
+from rlds_reverb.examples import cartpole  # noqa: E402
+from rlds_reverb.read.loading import load  # noqa: E402
 from tests import ports, reverb_tables, users_data  # noqa: E402
 
 # 12 episodes of seed 0: 4 truncated at 500 steps, 8 terminated (returns 19 to 250).

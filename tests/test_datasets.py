@@ -12,8 +12,9 @@ import tensorflow_datasets as tfds
 from tensorflow_datasets.core import example_serializer
 
 from rlds_reverb.core import types
-from rlds_reverb.data import cartpole, synthetic, tfds_writer
-from rlds_reverb.data.loading import load
+from rlds_reverb.examples import cartpole, synthetic
+from rlds_reverb.read.loading import load
+from rlds_reverb.storage import tfds_writer
 
 SMALL = {'num_episodes': 4, 'seed': 3, 'max_episode_steps': 60}
 

@@ -18,9 +18,9 @@ import reverb
 
 from rlds_reverb import cli
 from rlds_reverb.core import errors
-from rlds_reverb.data.loading import load
 from rlds_reverb.export import reverb_export
 from rlds_reverb.learn import sampling
+from rlds_reverb.read.loading import load
 from rlds_reverb.serve import checkpoints, table_info, tables
 from rlds_reverb.transform import convert, items
 from rlds_reverb.write import engines, observers, resume

@@ -22,9 +22,9 @@ import reverb
 import tree
 
 from rlds_reverb.core import errors
-from rlds_reverb.data import cartpole
-from rlds_reverb.data.loading import load, open_builder
 from rlds_reverb.distribute import routing
+from rlds_reverb.examples import cartpole
+from rlds_reverb.read.loading import load, open_builder
 from rlds_reverb.serve import table_info, tables
 from rlds_reverb.transform import items
 from rlds_reverb.transform.plans import count_items_per_episode, make_episode_plans

@@ -18,10 +18,11 @@ from reverb.platform import checkpointers_lib
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import types
 from rlds_reverb.core.errors import ExportError
-from rlds_reverb.data import cartpole, tfds_writer
-from rlds_reverb.data.loading import load
+from rlds_reverb.examples import cartpole
 from rlds_reverb.export import reverb_export
+from rlds_reverb.read.loading import load
 from rlds_reverb.serve import tables
+from rlds_reverb.storage import tfds_writer
 from rlds_reverb.transform import items
 from rlds_reverb.write import push as push_lib
 from tests import builders

@@ -1,7 +1,7 @@
 """The package layout: every module imports only its own layer and the layers below, no cycles.
 
-Layers, bottom-up (README, Architecture): core, data, adders, transform, serve, write, distribute,
-learn, export, examples, cli. Imports inside functions count too: a lazy import is a dependency.
+Layers, bottom-up: `_LAYERS` below, the one place the order is written; the README's Architecture
+section and the package docstring list the same order (checked here). Imports inside functions count too: a lazy import is a dependency.
 """
 
 from __future__ import annotations
@@ -14,7 +14,9 @@ import pytest
 _ROOT = pathlib.Path(__file__).resolve().parent.parent
 _LAYERS = (
     'core',
-    'data',
+    'storage',
+    'read',
+    'check',
     'adders',
     'transform',
     'serve',
@@ -139,3 +141,23 @@ def test_apache_beam_is_imported_only_by_distribute():
                 names = [node.module]
             outside += [f'{path.name}: {n}' for n in names if n.split('.')[0] == 'apache_beam']
     assert not outside, outside
+
+
+def _listed_rooms(text: str, indent: str) -> list[str]:
+    """Returns the room names listed one per line as `<indent>name/ ...` in `text`."""
+    rooms = []
+    for line in text.splitlines():
+        if line.startswith(indent) and not line.startswith(indent + ' '):
+            name = line[len(indent) :].split('/')[0]
+            if name and '/' in line and name.isidentifier():
+                rooms.append(name)
+    return rooms
+
+
+def test_readme_and_package_docstring_list_the_layers_in_order():
+    import rlds_reverb
+
+    readme = (_ROOT / 'README.md').read_text()
+    architecture = readme.split('## Architecture', 1)[1].split('```')[1]
+    assert _listed_rooms(architecture, '  ') == list(_LAYERS)
+    assert _listed_rooms(rlds_reverb.__doc__, '    ') == list(_LAYERS)

@@ -14,9 +14,9 @@ from tf_agents.trajectories import time_step as ts
 
 from rlds_reverb.cli import demo_command
 from rlds_reverb.core import types
-from rlds_reverb.data import cartpole, loading
+from rlds_reverb.examples import cartpole, demo, plots
 from rlds_reverb.examples import cql_dqn as learner
-from rlds_reverb.examples import demo, plots
+from rlds_reverb.read import loading
 from rlds_reverb.serve import tables
 from rlds_reverb.transform import items
 from rlds_reverb.write import push as writers
@@ -166,7 +166,7 @@ def test_demo_parser_reads_the_options():
 
 def test_demo_refuses_an_invalid_dataset(tmp_path, monkeypatch):
     from rlds_reverb.core.errors import InvalidEpisodeError
-    from rlds_reverb.data import tfds_writer
+    from rlds_reverb.storage import tfds_writer
 
     bad = list(cartpole.simulate_episodes(num_episodes=2, seed=0))
     bad[1][types.STEPS][types.IS_FIRST][:] = False  # No first step.

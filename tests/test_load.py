@@ -12,8 +12,9 @@ import tensorflow_datasets as tfds
 
 from rlds_reverb.core import types
 from rlds_reverb.core.errors import SourceError, SourceNotFoundError, SpecMismatchError
-from rlds_reverb.data import cartpole, tfds_writer
-from rlds_reverb.data.loading import find_dataset_directory, load
+from rlds_reverb.examples import cartpole
+from rlds_reverb.read.loading import find_dataset_directory, load
+from rlds_reverb.storage import tfds_writer
 from tests import builders
 
 NUM_EPISODES = 12

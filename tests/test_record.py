@@ -24,11 +24,12 @@ from tf_agents.policies import random_py_policy
 
 import adders
 from rlds_reverb import cli
+from rlds_reverb.check.validation import validate
 from rlds_reverb.core import types
 from rlds_reverb.core.errors import SourceNotFoundError
-from rlds_reverb.data.loading import load
-from rlds_reverb.data.validation import validate
-from rlds_reverb.export import collect, recorder
+from rlds_reverb.examples import collect
+from rlds_reverb.export import gym_envs, recorder
+from rlds_reverb.read.loading import load
 from tests import builders
 
 GAMMA, N = 0.9, 3
@@ -194,7 +195,7 @@ def test_record_episodes_refuses_bad_options(tmp_path):
 
 
 def test_an_empty_dataset_is_refused_and_a_closed_writer_too(tmp_path):
-    from rlds_reverb.data import tfds_writer
+    from rlds_reverb.storage import tfds_writer
 
     writer = tfds_writer.RldsDatasetWriter(
         tmp_path / 'toy' / '1.0.0', features=builders.step_features(), name='toy'
@@ -248,7 +249,7 @@ def cartpole_without_gyms_limit() -> gym.Env:
     return gym.make('CartPole-v1').env  # gym.make's outermost wrapper is its TimeLimit.
 
 
-TRUNCATE = [collect.GymTimeLimitTruncation]
+TRUNCATE = [gym_envs.GymTimeLimitTruncation]
 # name: (environment, (gym's limit, TF-Agents' limit), the limit that fires, its discount)
 WRAPPINGS = {
     'gym TimeLimit only': (
@@ -293,8 +294,8 @@ WRAPPINGS = {
         CARTPOLE_LIMIT,
         1.0,
     ),
-    'collect.load_gym_env': (
-        lambda: collect.load_gym_env('CartPole-v1'),
+    'gym_envs.load_gym_env': (
+        lambda: gym_envs.load_gym_env('CartPole-v1'),
         (None, CARTPOLE_LIMIT),
         CARTPOLE_LIMIT,
         1.0,
@@ -349,9 +350,9 @@ def test_the_truncation_wrapper_refuses_an_environment_without_gym():
     with pytest.raises(
         TypeError, match=r'TimeLimit wraps no TF-Agents GymWrapper \(found RandomPyEnvironment\)'
     ):
-        collect.GymTimeLimitTruncation(wrappers.TimeLimit(env, 10))
+        gym_envs.GymTimeLimitTruncation(wrappers.TimeLimit(env, 10))
     with pytest.raises(TypeError, match='wraps no TF-Agents GymWrapper'):
-        collect.find_gym_wrapper(env)
+        gym_envs.find_gym_wrapper(env)
 
 
 @pytest.mark.parametrize('max_episode_steps', [None, 40, 600])

@@ -1,6 +1,6 @@
 """`validate` decides from a TFDS dataset's records in bulk, and agrees with the episode walk.
 
-`rlds_reverb.data.record_checks` answers "is every episode valid, and how many steps,
+`rlds_reverb.check.record_checks` answers "is every episode valid, and how many steps,
 terminated and truncated episodes?" straight from TFRecord shards. Each case here is
 written to a real TFDS directory; the bulk answer must be None exactly when the walk
 through the nested steps (`load(..., whole_episodes=False)`) finds a problem, and give the
@@ -13,9 +13,10 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 import rlds_reverb
+from rlds_reverb.check import record_checks
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import specs, types
-from rlds_reverb.data import record_checks, records
+from rlds_reverb.read import records
 from tests import builders
 
 
@@ -96,7 +97,7 @@ def test_step_field_with_another_step_count_goes_to_the_walk(tmp_path):
     assert _bulk(directory) is None
     report = rlds_reverb.validate(rlds_reverb.load(directory), on_invalid='report')
     assert report.invalid_episodes == [1]
-    assert report.problems[0].rule is rlds_reverb.data.validation.Rule.READABLE
+    assert report.problems[0].rule is rlds_reverb.check.validation.Rule.READABLE
 
 
 def test_sliced_split_counts_only_the_slice(tmp_path):

@@ -22,9 +22,11 @@ import pytest
 import reverb
 
 from rlds_reverb.core import errors, files, types
-from rlds_reverb.data import cartpole, loading, tfds_writer
+from rlds_reverb.examples import cartpole
 from rlds_reverb.export import reverb_export, table_copy
+from rlds_reverb.read import loading
 from rlds_reverb.serve import checkpoints, server, tables
+from rlds_reverb.storage import tfds_writer
 from rlds_reverb.transform import items
 from rlds_reverb.write import seed
 from tests import builders, ports

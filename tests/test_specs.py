@@ -6,8 +6,8 @@ import tensorflow as tf
 
 import rlds_reverb
 from rlds_reverb import tables
+from rlds_reverb.check import stats
 from rlds_reverb.core import errors, specs, types
-from rlds_reverb.data import stats
 from rlds_reverb.transform import items
 from tests import builders
 

@@ -14,8 +14,8 @@ import reverb
 
 import adders
 import rlds_reverb
-from rlds_reverb.data.loading import load
 from rlds_reverb.learn import sampling
+from rlds_reverb.read.loading import load
 from rlds_reverb.serve import server, tables
 from rlds_reverb.transform import items
 

@@ -31,7 +31,7 @@ from reverb.platform import checkpointers_lib
 
 import rlds_reverb
 from rlds_reverb.core import types
-from rlds_reverb.data.loading import load
+from rlds_reverb.read.loading import load
 from rlds_reverb.serve import tables
 from rlds_reverb.transform import items
 from tests import item_references as refs

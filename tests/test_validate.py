@@ -5,8 +5,8 @@ import pytest
 import tensorflow as tf
 
 import rlds_reverb
+from rlds_reverb.check.validation import Rule
 from rlds_reverb.core import errors, types
-from rlds_reverb.data.validation import Rule
 from tests import builders
 
 

@@ -17,7 +17,7 @@ import rlds_reverb
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import types
 from rlds_reverb.core.errors import SourceError
-from rlds_reverb.data import tfds_writer
+from rlds_reverb.storage import tfds_writer
 
 
 def _nested_tensors(episodes: tf.data.Dataset) -> list[dict]:

@@ -1,6 +1,6 @@
 """RLDS test data shaped like users' data, written by TFDS's own writer with its defaults.
 
-The suite's other data (`tests/builders.py`, `rlds_reverb.data.tfds_writer`) is written in
+The suite's other data (`tests/builders.py`, `rlds_reverb.storage.tfds_writer`) is written in
 episode order, 3 to 100 episodes per shard. Users' datasets come from TFDS builders:
 `download_and_prepare` orders examples by a hash of their keys (shuffling is allowed by
 default), and `as_dataset` interleaves the shards 16 records at a time. This module writes

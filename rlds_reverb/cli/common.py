@@ -83,7 +83,7 @@ def load_source(
     Returns:
       The RLDS dataset.
     """
-    from rlds_reverb.data import loading  # Imported late: TFDS is slow to import.
+    from rlds_reverb.read import loading  # Imported late: TFDS is slow to import.
 
     return loading.load(
         args.source,

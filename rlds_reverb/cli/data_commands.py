@@ -9,7 +9,7 @@ from rlds_reverb.cli import common
 
 
 def _run_info(args: argparse.Namespace) -> int:
-    from rlds_reverb.data import stats
+    from rlds_reverb.check import stats
 
     print(f'source: {args.source} (split {args.split})')
     print(stats.describe_dataset(common.load_source(args)).format())
@@ -17,7 +17,7 @@ def _run_info(args: argparse.Namespace) -> int:
 
 
 def _run_validate(args: argparse.Namespace) -> int:
-    from rlds_reverb.data import validation
+    from rlds_reverb.check import validation
 
     if args.mode is not None:
         print(

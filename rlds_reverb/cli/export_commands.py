@@ -65,7 +65,7 @@ def _export(args: argparse.Namespace) -> int:
 
 def _record(args: argparse.Namespace) -> int:
     from rlds_reverb.core import checks
-    from rlds_reverb.export import collect
+    from rlds_reverb.examples import collect
 
     checks.check_int_at_least(args.episodes, 1, argument='--episodes')
     if args.max_episode_steps is not None:

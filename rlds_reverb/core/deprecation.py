@@ -44,9 +44,9 @@ MOVED_MODULES: dict[str, str | dict[str, str]] = {
     'rlds_reverb.errors': 'rlds_reverb.core.errors',
     'rlds_reverb.specs': 'rlds_reverb.core.specs',
     'rlds_reverb.episodes': 'rlds_reverb.core.episodes',
-    'rlds_reverb.loading': 'rlds_reverb.data.loading',
-    'rlds_reverb.validation': 'rlds_reverb.data.validation',
-    'rlds_reverb.stats': 'rlds_reverb.data.stats',
+    'rlds_reverb.loading': 'rlds_reverb.read.loading',
+    'rlds_reverb.validation': 'rlds_reverb.check.validation',
+    'rlds_reverb.stats': 'rlds_reverb.check.stats',
     'rlds_reverb.convert': 'rlds_reverb.transform.convert',
     'rlds_reverb.resume': 'rlds_reverb.write.resume',
     'rlds_reverb.writers': {
@@ -100,14 +100,14 @@ MOVED_MODULES: dict[str, str | dict[str, str]] = {
         'main': 'rlds_reverb.cli.app',
     },
     'rlds_reverb.datasets': {
-        'default_data_dir': 'rlds_reverb.data.cartpole',
-        'ensure_default_dataset': 'rlds_reverb.data.cartpole',
-        'generate': 'rlds_reverb.data.cartpole',
-        'make_synthetic_episodes': 'rlds_reverb.data.synthetic',
+        'default_data_dir': 'rlds_reverb.examples.cartpole',
+        'ensure_default_dataset': 'rlds_reverb.examples.cartpole',
+        'generate': 'rlds_reverb.examples.cartpole',
+        'make_synthetic_episodes': 'rlds_reverb.examples.synthetic',
     },
-    'rlds_reverb.datasets.cartpole': 'rlds_reverb.data.cartpole',
-    'rlds_reverb.datasets.synthetic': 'rlds_reverb.data.synthetic',
-    'rlds_reverb.datasets.tfds_writer': 'rlds_reverb.data.tfds_writer',
+    'rlds_reverb.datasets.cartpole': 'rlds_reverb.examples.cartpole',
+    'rlds_reverb.datasets.synthetic': 'rlds_reverb.examples.synthetic',
+    'rlds_reverb.datasets.tfds_writer': 'rlds_reverb.storage.tfds_writer',
 }
 
 

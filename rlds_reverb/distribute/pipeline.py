@@ -62,10 +62,11 @@ from apache_beam.options.pipeline_options import (
     WorkerOptions,
 )
 
+from rlds_reverb.check import validation
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import errors, specs, types
-from rlds_reverb.data import loading, validation
 from rlds_reverb.distribute import routing
+from rlds_reverb.read import loading
 from rlds_reverb.serve import table_info
 from rlds_reverb.transform import items as items_lib
 from rlds_reverb.transform.plans import PriorityFn, make_episode_plans, summarize_episodes

@@ -34,12 +34,13 @@ import reverb
 import tensorflow as tf
 from tf_agents.specs import tensor_spec
 
+from rlds_reverb.check import validation
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import files, types
-from rlds_reverb.data import cartpole, loading, validation
+from rlds_reverb.examples import cartpole, plots
 from rlds_reverb.examples import cql_dqn as learner
-from rlds_reverb.examples import plots
 from rlds_reverb.learn import priorities, sampling
+from rlds_reverb.read import loading
 from rlds_reverb.serve import tables
 from rlds_reverb.transform import items
 from rlds_reverb.write import seed

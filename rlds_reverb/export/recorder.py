@@ -13,8 +13,8 @@ envlogger does for dm_env (docs/semantics.md §11):
   discount is 0); a truncated episode (a time limit) has `is_last` without `is_terminal`;
   the recorder sees only trajectories, so a time limit must end with the environment's
   discount: TF-Agents' `TimeLimit` does, gym's (which `suite_gym.load` keeps) does not
-  unless the environment is wrapped in `collect.GymTimeLimitTruncation` (or loaded with
-  `collect.load_gym_env`);
+  unless the environment is wrapped in `gym_envs.GymTimeLimitTruncation` (or loaded with
+  `gym_envs.load_gym_env`);
 * batched environments (`[B, ...]` trajectories) are kept apart: one episode per
   environment, each written when it ends.
 
@@ -40,7 +40,7 @@ import tensorflow_datasets as tfds
 import tree
 
 from rlds_reverb.core import types
-from rlds_reverb.data import tfds_writer
+from rlds_reverb.storage import tfds_writer
 
 # TF-Agents' StepType values.
 _FIRST, _LAST = 0, 2
@@ -103,8 +103,8 @@ class RldsRecorder:
     An episode whose LAST time step has discount 0 is recorded as terminated, any other as
     truncated. Gym's own `TimeLimit`, which `suite_gym.load` keeps, ends episodes with
     discount 0; wrap such environments so that its end is a truncation:
-    `suite_gym.load(name, env_wrappers=[collect.GymTimeLimitTruncation])`, or load them
-    with `collect.load_gym_env(name)` (`rlds_reverb.export.collect`).
+    `suite_gym.load(name, env_wrappers=[gym_envs.GymTimeLimitTruncation])`, or load them
+    with `gym_envs.load_gym_env(name)` (`rlds_reverb.export.gym_envs`).
 
     Example:
       >>> env = suite_gym.load('CartPole-v1', env_wrappers=[GymTimeLimitTruncation])

@@ -2,7 +2,7 @@
 
 Items are read exactly once, in insertion order, from queue copies of parts of the table
 (`rlds_reverb.export.table_copy`), streamed through `tf.data` in batches, rebuilt into
-episodes and written one episode at a time (`data.tfds_writer.RldsDatasetWriter`), so the
+episodes and written one episode at a time (`storage.tfds_writer.RldsDatasetWriter`), so the
 exporting process holds only the episodes still being assembled.
 
 Which tables can be exported, and why:
@@ -52,8 +52,8 @@ import tree
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import types
 from rlds_reverb.core.errors import ExportError
-from rlds_reverb.data import tfds_writer
 from rlds_reverb.export import table_copy
+from rlds_reverb.storage import tfds_writer
 from rlds_reverb.transform import items as items_lib
 
 ProgressFn = Callable[[int, int], None]

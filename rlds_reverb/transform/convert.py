@@ -29,10 +29,10 @@ import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
+from rlds_reverb.check import validation
 from rlds_reverb.core import checks, specs, types
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core.specs import PolicyInfoFn
-from rlds_reverb.data import validation
 
 _EPISODES_AHEAD = 4
 

@@ -14,9 +14,9 @@ from typing import Any, NamedTuple
 import numpy as np
 import tensorflow as tf
 
+from rlds_reverb.check import validation
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import specs, types
-from rlds_reverb.data import validation
 from rlds_reverb.transform import items as items_lib
 
 PriorityFn = Callable[[types.Nest], tf.Tensor]

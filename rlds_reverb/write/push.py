@@ -20,6 +20,7 @@ import reverb
 import tensorflow as tf
 import tree
 
+from rlds_reverb.check import validation
 from rlds_reverb.core import checks, specs, types
 from rlds_reverb.core.errors import (
     EpisodeTooLongError,
@@ -30,7 +31,6 @@ from rlds_reverb.core.errors import (
     TableTooSmallError,
 )
 from rlds_reverb.core.specs import PolicyInfoFn
-from rlds_reverb.data import validation
 from rlds_reverb.serve import table_info
 from rlds_reverb.transform import carry, convert
 from rlds_reverb.transform import items as items_lib

@@ -24,7 +24,7 @@ import reverb  # noqa: E402
 import tree  # noqa: E402
 
 from rlds_reverb.core import errors  # noqa: E402
-from rlds_reverb.data import loading  # noqa: E402
+from rlds_reverb.read import loading  # noqa: E402
 from rlds_reverb.transform import convert  # noqa: E402
 from rlds_reverb.write import observers  # noqa: E402
 from rlds_reverb.write import push as writers  # noqa: E402

@@ -1,7 +1,7 @@
 """The malformed-data corpus: one builder per way RLDS data goes wrong.
 
 Each `Variant` is one representation of one case: a `tf.data` RLDS dataset, or a real TFDS
-directory written into a temporary directory (by `rlds_reverb.data.tfds_writer`, then
+directory written into a temporary directory (by `rlds_reverb.storage.tfds_writer`, then
 damaged the way real data gets damaged). Every variant carries the facts that every path
 (validate, convert, the CLI, push) must report:
 
@@ -30,9 +30,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
+from rlds_reverb.check.validation import Rule
 from rlds_reverb.core import errors, types
-from rlds_reverb.data import tfds_writer
-from rlds_reverb.data.validation import Rule
+from rlds_reverb.storage import tfds_writer
 from tests import builders
 
 TF_DATA = 'tf.data'

@@ -16,7 +16,7 @@ import sys
 
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
-from rlds_reverb.data import loading  # noqa: E402
+from rlds_reverb.read import loading  # noqa: E402
 from rlds_reverb.write import push as writers  # noqa: E402
 
 

@@ -18,7 +18,7 @@ os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '3')
 
 import reverb  # noqa: E402
 
-from rlds_reverb.data import loading
+from rlds_reverb.read import loading
 from rlds_reverb.serve import tables
 from rlds_reverb.serve.server import start_server  # noqa: E402
 from rlds_reverb.transform import items  # noqa: E402

@@ -25,7 +25,7 @@ def _expected_message(variant: corpus.Variant) -> str:
     """What raise mode must say: the rule text of the first invalid episode, or TF's reason."""
     first = variant.invalid[0]
     faults = [f for f in variant.faults if f.episode == first]
-    if faults[0].rule == rlds_reverb.data.validation.Rule.READABLE.rule_id:
+    if faults[0].rule == rlds_reverb.check.validation.Rule.READABLE.rule_id:
         return re.escape(variant.read_error)
     return f'Episode {first} is invalid: (?:.*; )?{faults[0].pattern}'
 
@@ -38,7 +38,7 @@ def test_raise_mode_names_episode_step_field_and_rule(build, variant):
             pass
     message = info.value.message
     for fault in variant.faults:
-        if fault.rule != rlds_reverb.data.validation.Rule.READABLE.rule_id:
+        if fault.rule != rlds_reverb.check.validation.Rule.READABLE.rule_id:
             assert re.search(fault.pattern, message), message
 
 

@@ -25,7 +25,7 @@ from tests.reliability import corpus
 _TABLE = 'replay'
 _EXPECTED = 'expected'
 _DATA = corpus.variants(data=True)
-_READABLE = rlds_reverb.data.validation.Rule.READABLE.rule_id
+_READABLE = rlds_reverb.check.validation.Rule.READABLE.rule_id
 
 
 @contextlib.contextmanager

@@ -39,7 +39,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from rlds_reverb.core import files, types
-from rlds_reverb.data import tfds_writer
+from rlds_reverb.storage import tfds_writer
 
 NAME = 'cartpole_v1'
 VERSION = '1.0.0'

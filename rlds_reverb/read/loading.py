@@ -25,7 +25,7 @@ use those tensors (`core.episodes.to_whole_episodes`). Users still see an RLDS d
 transformation of it (`.take`, `.map`) is read through its nested steps, correctly but more
 slowly. `whole_episodes=False` reads the nested steps as TFDS gives them. The default read
 of TFRecord shards (no `read_config`, no file shuffling) goes straight from the shards to
-whole episodes in one map (`rlds_reverb.data.records`: TFDS' own file instructions, order
+whole episodes in one map (`rlds_reverb.read.records`: TFDS' own file instructions, order
 and parser), which halves the set-up of `as_dataset` and a second decoding map; any other
 read goes through TFDS' `as_dataset`, with the same episodes.
 
@@ -66,7 +66,8 @@ from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import types
 from rlds_reverb.core.errors import SourceError, SourceNotFoundError, SpecMismatchError
 from rlds_reverb.core.specs import get_step_spec
-from rlds_reverb.data import records, tfds_writer
+from rlds_reverb.read import records
+from rlds_reverb.storage import tfds_writer
 
 _LOGGER = logging.getLogger(__name__)
 _DATASET_INFO = 'dataset_info.json'

@@ -26,10 +26,11 @@ import numpy as np
 import tensorflow as tf
 import tree
 
+from rlds_reverb.check import record_checks
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import specs, types
 from rlds_reverb.core.errors import InvalidEpisodeError, SpecMismatchError
-from rlds_reverb.data import record_checks, records
+from rlds_reverb.read import records
 
 # How many step indices a problem lists before it says "and N more".
 _SHOWN_STEPS = 5
@@ -411,7 +412,7 @@ def validate(
     episode; finite rewards and discounts; discounts in [0, 1].
 
     A dataset `rlds_reverb.load` read from TFRecord shards whose step fields are plain
-    tensors is decided from its records in bulk first (`rlds_reverb.data.record_checks`);
+    tensors is decided from its records in bulk first (`rlds_reverb.check.record_checks`);
     the dataset is walked episode by episode only when that finds a problem, to name it.
 
     Args:

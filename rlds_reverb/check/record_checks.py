@@ -27,7 +27,7 @@ import tree
 from tensorflow_datasets.core import example_parser
 
 from rlds_reverb.core import types
-from rlds_reverb.data import records
+from rlds_reverb.read import records
 
 # Records parsed per batch: enough that the parser's per-call cost vanishes, few enough
 # that memory stays flat in the dataset's size.

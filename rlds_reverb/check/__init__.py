@@ -1,0 +1,1 @@
+"""Check and describe RLDS datasets: validation rules, reports, bulk record checks, stats."""

@@ -1,0 +1,1 @@
+"""RLDS data in: open datasets (TFDS directory, TFDS name, `tf.data`) as whole episodes."""
