@@ -85,8 +85,8 @@ _PROBE_TIMEOUT_MS = 2_000
 _GROUPS_PER_WORKER = 2
 
 
-class DistributedPushError(errors.PushError):
-    """The Beam pipeline failed; the message names the cause and what each server holds."""
+# Defined with the package's other errors; the name stays importable from here.
+DistributedPushError = errors.DistributedPushError
 
 
 @dataclasses.dataclass(frozen=True)
