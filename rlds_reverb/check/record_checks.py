@@ -29,6 +29,11 @@ from tensorflow_datasets.core import example_parser
 from rlds_reverb.core import types
 from rlds_reverb.read import records
 
+__all__ = [
+    'EpisodeCounts',
+    'count_valid_episodes',
+]
+
 # Records parsed per batch: enough that the parser's per-call cost vanishes, few enough
 # that memory stays flat in the dataset's size.
 _BATCH_RECORDS = 64

@@ -11,6 +11,11 @@ import tree
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import specs, types
 
+__all__ = [
+    'DatasetStats',
+    'describe_dataset',
+]
+
 
 @dataclasses.dataclass
 class DatasetStats:

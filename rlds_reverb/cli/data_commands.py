@@ -7,6 +7,11 @@ import sys
 
 from rlds_reverb.cli import common
 
+__all__ = [
+    'add_info_parser',
+    'add_validate_parser',
+]
+
 
 def _run_info(args: argparse.Namespace) -> int:
     from rlds_reverb.check import stats

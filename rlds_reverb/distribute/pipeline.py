@@ -73,6 +73,14 @@ from rlds_reverb.transform.plans import PriorityFn, make_episode_plans, summariz
 from rlds_reverb.write import engines, resume
 from rlds_reverb.write import push as push_lib
 
+__all__ = [
+    'BeamPushResult',
+    'DistributedPushError',
+    'ProgressFn',
+    'ServerCounts',
+    'push_with_beam',
+]
+
 ProgressFn = Callable[[int], None]
 
 # What a worker's error starts with, so that the driver finds it in the runner's traceback.

@@ -73,15 +73,18 @@ def handle_errors(directory: str) -> str:
     return rlds_reverb.__version__
 
 
-def use_the_other_modules(address: str, directory: str) -> None:
-    """The remaining short module names resolve to their modules."""
+def use_the_other_modules(address: str, directory: str) -> list[object]:
+    """The remaining short module names and public names resolve."""
     checkpoints.find_latest_checkpoint(directory)
-    priorities.linear_beta_schedule
-    sampling.LearnerDataset
-    observers.ReverbAddTrajectoryObserver
     rlds_reverb.export_table(directory, 'replay', server=address)
     rlds_reverb.seed_server(rlds_reverb.load(directory), table='replay')
-    rlds_reverb.RldsRecorder
-    rlds_reverb.push_with_beam
-    rlds_reverb.EndBehavior.PAD
-    rlds_reverb.no_such_name  # type: ignore[attr-defined]
+    missing = rlds_reverb.no_such_name  # type: ignore[attr-defined]
+    return [
+        missing,
+        priorities.linear_beta_schedule,
+        sampling.LearnerDataset,
+        observers.ReverbAddTrajectoryObserver,
+        rlds_reverb.RldsRecorder,
+        rlds_reverb.push_with_beam,
+        rlds_reverb.EndBehavior.PAD,
+    ]
