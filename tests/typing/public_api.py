@@ -68,6 +68,10 @@ def handle_errors(directory: str) -> str:
         return str(base)
     except rlds_reverb.InvalidEpisodeError as error:
         return f'{error.episode_index}: {len(error.problems)}'
+    except rlds_reverb.SpecMismatchError as error:
+        return '\n'.join(error.differences)
+    except rlds_reverb.ExportError as error:
+        return str(error)
     except rlds_reverb.RldsReverbError as error:
         return str(error)
     return rlds_reverb.__version__
