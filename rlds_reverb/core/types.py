@@ -20,7 +20,7 @@ from rlds_reverb.core import deprecation
 if TYPE_CHECKING:
     import tensorflow as tf
 
-# RLDS' own names (the values of `rlds.STEPS`... , checked by tests/test_types.py), spelled
+# RLDS' own names (the values of `rlds.STEPS`... , checked by tests/system/test_startup.py), spelled
 # out so that this module, and the command line's parser which needs its enums, load
 # without importing RLDS and TensorFlow.
 STEPS: str = 'steps'
