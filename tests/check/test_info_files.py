@@ -25,7 +25,7 @@ from rlds_reverb.read import raw_records
 from rlds_reverb.read.loading import load
 from tests import builders
 
-_ROOT = pathlib.Path(__file__).resolve().parent.parent
+_ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def _assert_same(directory, split='train'):
