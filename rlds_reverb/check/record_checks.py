@@ -12,7 +12,7 @@ step count.
 This answers one question: is every episode valid, and if so how many steps, terminated
 and truncated episodes are there? When any episode breaks a rule, or anything cannot be
 decided here (a record that does not parse, an encoded feature), the answer is None and
-`validate` walks the dataset as usual to name every problem. `tests/test_record_checks.py`
+`validate` walks the dataset as usual to name every problem. `tests/check/test_record_checks.py`
 checks that both agree on valid and invalid datasets.
 """
 

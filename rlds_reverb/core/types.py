@@ -57,7 +57,7 @@ __all__ = [
     'ValidationMode',
 ]
 
-# RLDS' own names (the values of `rlds.STEPS`... , checked by tests/test_types.py), spelled
+# RLDS' own names (the values of `rlds.STEPS`... , checked by tests/system/test_startup.py), spelled
 # out so that this module, and the command line's parser which needs its enums, load
 # without importing RLDS and TensorFlow.
 STEPS: str = 'steps'
