@@ -21,7 +21,7 @@ itself and the rooms listed before it:
 The names below are the public API (`__all__`). They load on first use, so that
 `import rlds_reverb` (and the command line) starts without importing TensorFlow until
 something needs it; type checkers and IDEs read the same names from the
-`if TYPE_CHECKING:` imports (`tests/test_api.py` keeps the two lists equal). See
+`if TYPE_CHECKING:` imports (`tests/system/test_api.py` keeps the two lists equal). See
 `rlds_reverb.core.types` for what an RLDS dataset is here.
 """
 

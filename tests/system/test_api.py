@@ -18,7 +18,7 @@ import pytest
 import rlds_reverb
 from rlds_reverb.core import deprecation, errors
 
-_ROOT = pathlib.Path(__file__).resolve().parent.parent
+_ROOT = pathlib.Path(__file__).resolve().parents[2]
 _INIT = _ROOT / 'rlds_reverb' / '__init__.py'
 _HEAVY = ('tensorflow', 'tf_agents', 'tensorflow_datasets', 'reverb', 'apache_beam', 'gym')
 
