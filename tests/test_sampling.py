@@ -172,7 +172,7 @@ def test_bad_schedule_arguments_are_refused():
     step = tf.Variable(0)
     with pytest.raises(ValueError, match=r'outside \[0, 1\]'):
         priorities.linear_beta_schedule(step, start=1.2, num_steps=5)
-    with pytest.raises(ValueError, match='num_steps=0 must be positive'):
+    with pytest.raises(ValueError, match='num_steps=0 is not valid; expected an integer >= 1'):
         priorities.linear_beta_schedule(step, num_steps=0)
 
 
@@ -330,7 +330,9 @@ def test_unsupported_beta_and_options_are_refused(client):
         sampling.LearnerDataset(
             client.server_address, 'prio', data_spec=ITEM_SPEC, batch_size=2, sequence_length=0
         )
-    with pytest.raises(ValueError, match='rate_limiter_timeout_ms=-5 must be >= -1'):
+    with pytest.raises(
+        ValueError, match='rate_limiter_timeout_ms=-5 is not valid; expected an integer >= -1'
+    ):
         _learner(client, 'prio', rate_limiter_timeout_ms=-5)
     with pytest.raises(ValueError, match='must sum to a positive number'):
         _learner(client, {'mix_a': 0.0})

@@ -33,7 +33,7 @@ from reverb.cc.checkpointing import checkpoint_pb2
 from reverb.platform import checkpointers_lib
 from tensorflow.python.saved_model import nested_structure_coder
 
-from rlds_reverb.core import files
+from rlds_reverb.core import checks, files
 from rlds_reverb.core.errors import ExportError
 from rlds_reverb.serve import checkpoints, table_info
 
@@ -378,8 +378,7 @@ def open_table_reader(
             'keeps them, or export a checkpoint you took (client.checkpoint()) with '
             'checkpoint=. server_checkpoint_dir= goes with server= only.'
         )
-    if part_rows < 1:
-        raise ValueError(f'part_rows={part_rows} must be at least 1.')
+    checks.check_int_at_least(part_rows, 1, argument='part_rows')
     with contextlib.ExitStack() as stack:
         if server is not None:
             client = server if isinstance(server, reverb.Client) else reverb.Client(server)

@@ -465,8 +465,7 @@ class LearnerDataset:
         priorities.check_beta(beta)
         if sequence_length is not None:
             checks.check_int_at_least(sequence_length, 1, argument='sequence_length')
-        if rate_limiter_timeout_ms < -1:
-            raise ValueError(f'rate_limiter_timeout_ms={rate_limiter_timeout_ms} must be >= -1.')
+        checks.check_int_at_least(rate_limiter_timeout_ms, -1, argument='rate_limiter_timeout_ms')
         self.server_addresses = _check_addresses(server_address)
         self.server_address = self.server_addresses[0]
         all_counts = compute_mix_counts(tables, batch_size)

@@ -28,6 +28,7 @@ from reverb import structured_writer as sw
 from tf_agents.replay_buffers import reverb_utils
 from tf_agents.trajectories import trajectory as trajectory_lib
 
+from rlds_reverb.core import checks
 from rlds_reverb.serve import table_info
 from rlds_reverb.write import configs, engines
 
@@ -315,8 +316,7 @@ class ReverbAddEpisodeObserver:
         *,
         keep_tails: bool = False,
     ):
-        if max_sequence_length <= 0:
-            raise ValueError('`max_sequence_length` must be an integer greater equal one.')
+        checks.check_int_at_least(max_sequence_length, 1, argument='max_sequence_length')
         self._py_client = py_client
         self._table_names = _as_table_names(table_name)
         self._max_sequence_length = max_sequence_length
