@@ -401,7 +401,11 @@ def test_server_info_timeout_is_in_milliseconds_and_the_seconds_form_still_works
         with pytest.raises(ReverbConnectionError, match='did not answer within 1000 ms'):
             make(server_info_timeout_ms=1000)
         with (
-            pytest.warns(DeprecationWarning, match=r'server_info_timeout_s=\.\.\.\) is deprecated'),
+            pytest.warns(
+                DeprecationWarning,
+                match=r'server_info_timeout_s=\.\.\.\) is deprecated; pass server_info_timeout_ms'
+                r'=\.\.\. instead \(in milliseconds: 1000 times the seconds\)',
+            ),
             pytest.raises(ReverbConnectionError, match='did not answer within 1000 ms'),
         ):
             make(server_info_timeout_s=1)
