@@ -166,10 +166,19 @@ def install_moved_module_finder() -> None:
         sys.meta_path.insert(0, _MovedModuleLoader())
 
 
-def warn_renamed_argument(old: str, new: str, *, function: str) -> None:
-    """Warns that `function`'s argument `old` is now called `new`."""
+def warn_renamed_argument(
+    old: str, new: str, *, function: str, values: str = 'the same values'
+) -> None:
+    """Warns that `function`'s argument `old` is now called `new`.
+
+    Args:
+      old: The old argument name.
+      new: The new argument name.
+      function: The public function's name.
+      values: How the new argument's values relate to the old one's (a change of unit).
+    """
     warnings.warn(
-        f'{function}({old}=...) is deprecated; pass {new}=... instead (the same values). '
+        f'{function}({old}=...) is deprecated; pass {new}=... instead ({values}). '
         f'{old}= works until rlds-reverb {REMOVED_IN}.',
         DeprecationWarning,
         stacklevel=3,

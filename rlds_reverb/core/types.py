@@ -13,6 +13,7 @@ last step means o_L is terminal; `is_last` without `is_terminal` means truncatio
 from __future__ import annotations
 
 import enum
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from rlds_reverb.core import deprecation
@@ -104,6 +105,13 @@ Nest = Any
 Step = dict[str, Any]
 Episode = dict[str, Any]
 SpecNest = Any
+
+# Progress callbacks, the two kinds the package calls.
+# `fn(episodes, steps)`: after each episode written (push, seed, export), with the
+# episodes (1) and steps it added.
+EpisodeProgressFn = Callable[[int, int], None]
+# `fn(items)`: now and then while a Beam push runs, with the items the servers gained so far.
+ItemProgressFn = Callable[[int], None]
 
 
 class ValidationMode(enum.Enum):

@@ -45,7 +45,7 @@ import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 import apache_beam as beam
@@ -81,7 +81,7 @@ __all__ = [
     'push_with_beam',
 ]
 
-ProgressFn = Callable[[int], None]
+ProgressFn = types.ItemProgressFn  # The 0.1 name.
 
 # What a worker's error starts with, so that the driver finds it in the runner's traceback.
 _WORKER_ERROR = '[rlds-reverb worker] '

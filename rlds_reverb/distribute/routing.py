@@ -27,6 +27,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from rlds_reverb.core import checks
+
 # Helpers of the package's other modules only: nothing here is public API.
 __all__: list[str] = []
 
@@ -94,8 +96,7 @@ def group_shard_ranges(ranges: Sequence[ShardRange], num_groups: int) -> list[Sh
     Example:
       >>> group_shard_ranges(list_shard_ranges(builder, 'train'), 4)
     """
-    if num_groups < 1:
-        raise ValueError(f'num_groups={num_groups} must be at least 1.')
+    checks.check_int_at_least(num_groups, 1, argument='num_groups')
     if len(ranges) <= num_groups:
         return list(ranges)
     counts = np.array([r.count for r in ranges], dtype=np.int64)
@@ -137,8 +138,7 @@ def assign_servers(counts: Sequence[int], num_servers: int) -> np.ndarray:
     Example:
       >>> assign_servers([5, 1, 1, 3], 2)  # array([0, 1, 1, 1])
     """
-    if num_servers < 1:
-        raise ValueError(f'num_servers={num_servers} is not valid; expected >= 1.')
+    checks.check_int_at_least(num_servers, 1, argument='num_servers')
     weights = np.asarray(counts, dtype=np.int64).reshape(-1)
     if not weights.sum():
         weights = np.ones_like(weights)

@@ -38,7 +38,7 @@ from typing import Any
 import numpy as np
 import tensorflow_datasets as tfds
 
-from rlds_reverb.core import files, types
+from rlds_reverb.core import checks, files, types
 from rlds_reverb.storage import tfds_writer
 
 __all__ = [
@@ -192,11 +192,8 @@ def simulate_episodes(
     Example:
       >>> returns = [e['episode_return'] for e in simulate_episodes(num_episodes=5)]
     """
-    if num_episodes < 0 or max_episode_steps < 1:
-        raise ValueError(
-            f'num_episodes={num_episodes} must be >= 0 and max_episode_steps='
-            f'{max_episode_steps} >= 1.'
-        )
+    checks.check_int_at_least(num_episodes, 0, argument='num_episodes')
+    checks.check_int_at_least(max_episode_steps, 1, argument='max_episode_steps')
     rng = np.random.default_rng(seed)
     fractions = _draw_fractions(rng, num_episodes, random_action_fraction)
     env = _make_env(max_episode_steps)

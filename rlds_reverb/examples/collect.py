@@ -20,6 +20,7 @@ from tf_agents.policies import py_policy, random_py_policy
 from tf_agents.specs import array_spec
 from tf_agents.trajectories import policy_step
 
+from rlds_reverb.core import checks
 from rlds_reverb.examples import cartpole
 from rlds_reverb.export import gym_envs
 from rlds_reverb.export import recorder as recorder_lib
@@ -114,8 +115,7 @@ def record_episodes(
     Example:
       >>> record_episodes('/tmp/cartpole_rlds/1.0.0', num_episodes=10, policy='scripted')
     """
-    if num_episodes < 1:
-        raise ValueError(f'num_episodes={num_episodes} must be at least 1.')
+    checks.check_int_at_least(num_episodes, 1, argument='num_episodes')
     env = gym_envs.load_gym_env(env_name, max_episode_steps=max_episode_steps)
     try:
         env.seed(seed)

@@ -38,7 +38,7 @@ from tf_agents.trajectories import trajectory
 from tf_agents.utils import common
 
 from adders import transitions
-from rlds_reverb.core import types
+from rlds_reverb.core import checks, types
 from rlds_reverb.learn import sampling
 
 __all__ = [
@@ -268,8 +268,7 @@ def evaluate_policy(
     """
     from tf_agents.policies import py_tf_eager_policy
 
-    if num_episodes < 1:
-        raise ValueError(f'num_episodes={num_episodes} must be >= 1.')
+    checks.check_int_at_least(num_episodes, 1, argument='num_episodes')
     env = make_eval_env(env_name)
     eager = py_tf_eager_policy.PyTFEagerPolicy(policy, use_tf_function=True)
     returns = []

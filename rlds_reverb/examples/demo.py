@@ -35,8 +35,8 @@ import tensorflow as tf
 from tf_agents.specs import tensor_spec
 
 from rlds_reverb.check import validation
+from rlds_reverb.core import checks, files, types
 from rlds_reverb.core import episodes as episodes_lib
-from rlds_reverb.core import files, types
 from rlds_reverb.examples import cartpole, plots
 from rlds_reverb.examples import cql_dqn as learner
 from rlds_reverb.learn import priorities, sampling
@@ -152,8 +152,7 @@ def seed_tables(
       >>> servers, addresses, signature, counts = seed_tables(episodes, config,
       ...                                                     num_steps=n, num_servers=2)
     """
-    if isinstance(num_servers, bool) or not isinstance(num_servers, int) or num_servers < 1:
-        raise ValueError(f'num_servers={num_servers!r} must be an integer >= 1 (--servers).')
+    checks.check_int_at_least(num_servers, 1, argument='num_servers')
     item = items.NStep(config.n_step, config.gamma)
     results = []
     try:
@@ -259,8 +258,7 @@ def run_demo(
     Example:
       >>> run_demo(quick=True)['eval_return']
     """
-    if isinstance(num_servers, bool) or not isinstance(num_servers, int) or num_servers < 1:
-        raise ValueError(f'num_servers={num_servers!r} must be an integer >= 1 (--servers).')
+    checks.check_int_at_least(num_servers, 1, argument='num_servers')
     started = time.perf_counter()
     config = config or make_config(quick=quick, seed=seed)
     path = cartpole.ensure_default_dataset(data_dir=data_dir)

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import numpy as np
 import tensorflow as tf
 
-from rlds_reverb.core import types
+from rlds_reverb.core import checks, types
 
 __all__ = [
     'make_synthetic_episodes',
@@ -100,10 +100,8 @@ def make_synthetic_episodes(
       >>> images = make_synthetic_episodes(num_episodes=4, episode_length=100,
       ...     observation_shape=(84, 84, 3), observation_dtype=np.uint8)
     """
-    if num_episodes < 0 or episode_length < 1:
-        raise ValueError(
-            f'num_episodes={num_episodes} must be >= 0 and episode_length={episode_length} >= 1.'
-        )
+    checks.check_int_at_least(num_episodes, 0, argument='num_episodes')
+    checks.check_int_at_least(episode_length, 1, argument='episode_length')
     rng = np.random.default_rng(seed)
     row_bytes = (
         int(np.prod(observation_shape, dtype=np.int64)) * np.dtype(observation_dtype).itemsize

@@ -35,12 +35,10 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
-import tensorflow_datasets as tfds
 import tree
 
 from rlds_reverb.core import types
-from rlds_reverb.storage import tfds_writer
+from rlds_reverb.storage import features, tfds_writer
 
 __all__ = [
     'RecordStats',
@@ -49,7 +47,6 @@ __all__ = [
 
 # TF-Agents' StepType values.
 _FIRST, _LAST = 0, 2
-_POLICY_INFO = types.POLICY_INFO
 
 
 @dataclasses.dataclass
@@ -64,25 +61,6 @@ class RecordStats:
     directory: pathlib.Path | None = None
 
 
-def _policy_info_fields(policy_info) -> dict:
-    """Returns the policy info as step fields: a dict's entries, else one `policy_info` field."""
-    if isinstance(policy_info, Mapping):
-        return dict(policy_info)
-    if not tree.flatten(policy_info):
-        return {}
-    return {_POLICY_INFO: policy_info}
-
-
-def _make_feature(spec):
-    if isinstance(spec, Mapping):
-        return tfds.features.FeaturesDict({k: _make_feature(v) for k, v in spec.items()})
-    if isinstance(spec, list | tuple):
-        raise ValueError(f'Cannot record a tuple or list field ({spec}); use dicts of tensors.')
-    return tfds.features.Tensor(
-        shape=tuple(spec.shape), dtype=tf.as_dtype(spec.dtype).as_numpy_dtype
-    )
-
-
 def make_step_specs(trajectory_spec) -> dict:
     """Returns the step specs (flags excluded) of the episodes a recorder writes.
 
@@ -95,7 +73,7 @@ def make_step_specs(trajectory_spec) -> dict:
         types.REWARD: trajectory_spec.reward,
         types.DISCOUNT: trajectory_spec.discount,
     }
-    info = _policy_info_fields(trajectory_spec.policy_info)
+    info = features.split_policy_info(trajectory_spec.policy_info)
     clash = sorted(set(info) & {*types.REQUIRED_STEP_FIELDS})
     if clash:
         raise ValueError(f'Policy info field(s) {clash} have the names of RLDS step fields.')
@@ -144,15 +122,12 @@ class RldsRecorder:
             is a tuple.
         """
         self._step_specs = make_step_specs(trajectory_spec)
-        features = tfds_writer.make_rlds_features(
-            {k: _make_feature(v) for k, v in self._step_specs.items()}
-        )
         self._dtypes = tree.map_structure(
-            lambda s: tf.as_dtype(s.dtype).as_numpy_dtype, self._step_specs
+            lambda s: features.as_numpy_dtype(s.dtype), self._step_specs
         )
         self._writer = tfds_writer.RldsDatasetWriter(
             directory,
-            features=features,
+            features=features.make_rlds_features_from_specs(self._step_specs),
             name=name,
             version=version,
             metadata=metadata,
@@ -184,7 +159,7 @@ class RldsRecorder:
             types.ACTION: action,
             types.REWARD: reward,
             types.DISCOUNT: discount,
-            **_policy_info_fields(trajectory.policy_info),
+            **features.split_policy_info(trajectory.policy_info),
         }
         step = tree.map_structure(lambda x, dtype: np.asarray(x, dtype), fields, self._dtypes)
         step.update(

@@ -41,7 +41,7 @@ import enum
 import os
 import pathlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import reverb
@@ -53,6 +53,7 @@ from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import types
 from rlds_reverb.core.errors import ExportError
 from rlds_reverb.export import table_copy
+from rlds_reverb.storage import features as features_lib
 from rlds_reverb.storage import tfds_writer
 from rlds_reverb.transform import items as items_lib
 
@@ -64,7 +65,7 @@ __all__ = [
     'export_table',
 ]
 
-ProgressFn = Callable[[int, int], None]
+ProgressFn = types.EpisodeProgressFn  # The 0.1 name.
 
 # TF-Agents' StepType values.
 _FIRST, _LAST = 0, 2
@@ -156,7 +157,7 @@ def _row_spec(signature, kind: ExportKind) -> dict:
             types.ACTION: signature.action,
             types.REWARD: signature.reward,
             types.DISCOUNT: signature.discount,
-            **_policy_info_fields(signature.policy_info),
+            **features_lib.split_policy_info(signature.policy_info),
         }
         spec.update({f: tf.TensorSpec([2], tf.bool) for f in types.FLAG_FIELDS})
         if kind is ExportKind.TWO_STEP_IN_ORDER:
@@ -168,29 +169,12 @@ def _row_spec(signature, kind: ExportKind) -> dict:
     return tf.nest.map_structure(drop_time, spec)
 
 
-def _policy_info_fields(policy_info) -> dict:
-    """Returns a trajectory's policy info as step fields: a dict's own, else one field."""
-    if isinstance(policy_info, dict):
-        return dict(policy_info)
-    if not tree.flatten(policy_info):  # TF-Agents' empty policy info, ().
-        return {}
-    return {types.POLICY_INFO: policy_info}
-
-
-def _make_feature(spec):
-    if isinstance(spec, dict):
-        return tfds.features.FeaturesDict({k: _make_feature(v) for k, v in spec.items()})
-    # TFDS names strings np.object_ (tf.string's NumPy dtype is `object`, which it refuses).
-    dtype = np.object_ if spec.dtype == tf.string else spec.dtype.as_numpy_dtype
-    return tfds.features.Tensor(shape=tuple(spec.shape), dtype=dtype)
-
-
 def _make_features(row_spec: dict, episode_fields: Sequence[str]) -> tfds.features.FeaturesDict:
     """Returns the dataset's TFDS features: steps without ids, the lifted episode fields."""
     skip = {*_ID_FIELDS, *types.FLAG_FIELDS, *episode_fields}
-    steps = {k: _make_feature(v) for k, v in row_spec.items() if k not in skip}
-    episode = {k: _make_feature(row_spec[k]) for k in episode_fields}
-    return tfds_writer.make_rlds_features(steps, episode)
+    steps = {k: v for k, v in row_spec.items() if k not in skip}
+    episode = {k: row_spec[k] for k in episode_fields}
+    return features_lib.make_rlds_features_from_specs(steps, episode)
 
 
 def _to_rows(batch, kind: ExportKind) -> tuple[dict, np.ndarray]:
@@ -206,7 +190,7 @@ def _to_rows(batch, kind: ExportKind) -> tuple[dict, np.ndarray]:
             types.ACTION: tree.map_structure(flat, batch.action),
             types.REWARD: tree.map_structure(flat, batch.reward),
             types.DISCOUNT: tree.map_structure(flat, batch.discount),
-            **tree.map_structure(flat, _policy_info_fields(batch.policy_info)),
+            **tree.map_structure(flat, features_lib.split_policy_info(batch.policy_info)),
             types.IS_FIRST: flat(step_type) == _FIRST,
             types.IS_LAST: is_last,
             types.IS_TERMINAL: terminal,
@@ -552,7 +536,7 @@ def export_table(
     part_rows: int = 200_000,
     max_copy_bytes: int = table_copy.DEFAULT_MAX_COPY_BYTES,
     timeout_ms: int = 60_000,
-    progress: ProgressFn | None = None,
+    progress: types.EpisodeProgressFn | None = None,
 ) -> ExportStats:
     """Writes the items of a Reverb table back out as an RLDS dataset in TFDS format.
 

@@ -28,23 +28,22 @@ import tempfile
 from collections.abc import Iterator
 
 import reverb
-import tensorflow as tf
 from reverb.cc import schema_pb2
 from reverb.cc.checkpointing import checkpoint_pb2
 from reverb.platform import checkpointers_lib
 from tensorflow.python.saved_model import nested_structure_coder
 
-from rlds_reverb.core import files
+from rlds_reverb.core import checks, files
 from rlds_reverb.core.errors import ExportError
 from rlds_reverb.serve import checkpoints, table_info
 
 # Helpers of the package's other modules only: nothing here is public API.
 __all__: list[str] = []
 
-_COMPRESSION = 'ZLIB'
-_TABLES_FILE = 'tables.tfrecord'
-_ITEMS_FILE = 'items.tfrecord'
-_CHUNKS_FILE = 'chunks.tfrecord'
+# The checkpoint's files (their layout is `serve.checkpoints`').
+_TABLES_FILE = checkpoints.TABLES_FILE
+_ITEMS_FILE = checkpoints.ITEMS_FILE
+_CHUNKS_FILE = checkpoints.CHUNKS_FILE
 _ITEMS_PER_READ = 1024  # Item records are about 100 bytes.
 _NEVER_BLOCKS = 1.7e308  # A rate limiter diff no count reaches.
 # Checkpoints with a chunks file up to this size are restored whole (one pass, no parsing
@@ -78,23 +77,16 @@ def resolve_checkpoint(path: os.PathLike | str) -> pathlib.Path:
       ExportError: If `path` holds no complete Reverb checkpoint.
     """
     path = pathlib.Path(path).expanduser()
-    if (path / 'DONE').is_file() and (path / _TABLES_FILE).is_file():
+    if checkpoints.is_complete_checkpoint(path):
         return path
     latest = checkpoints.find_latest_checkpoint(path)
     if latest is None:
         raise ExportError(
             f'{path} holds no complete Reverb checkpoint (a directory with {_TABLES_FILE} and '
-            'DONE); pass the --checkpoint-dir of the server, or one checkpoint in it.'
+            f'{checkpoints.DONE_FILE}); pass the --checkpoint-dir of the server, or one '
+            'checkpoint in it.'
         )
     return latest
-
-
-def _read_records(path: pathlib.Path, *, batch: int = 1) -> Iterator[bytes]:
-    """Yields the file's records, read `batch` at a time (item records are small; chunks not)."""
-    # One iterator step per record cost about 0.5 ms: most of a two-step export's time.
-    batches = tf.data.TFRecordDataset(os.fspath(path), compression_type=_COMPRESSION).batch(batch)
-    for batch in batches.as_numpy_iterator():
-        yield from batch
 
 
 def _as_queue(
@@ -153,9 +145,10 @@ def _write_single_part(source: pathlib.Path, table_name: str, directory: pathlib
     directory.mkdir(parents=True)
     os.symlink((source / _CHUNKS_FILE).absolute(), directory / _CHUNKS_FILE)
     count = 0
-    path = os.fspath(directory / _ITEMS_FILE)
-    with tf.io.TFRecordWriter(path, _COMPRESSION) as writer:
-        for record in _read_records(source / _ITEMS_FILE, batch=_ITEMS_PER_READ):
+    with checkpoints.open_checkpoint_writer(directory / _ITEMS_FILE) as writer:
+        for record in checkpoints.read_checkpoint_records(
+            source / _ITEMS_FILE, batch=_ITEMS_PER_READ
+        ):
             item = _LightItem.FromString(record)
             if item.table != table_name:
                 continue
@@ -181,11 +174,7 @@ def _write_parts(
     each part's items; one pass over the chunks writes each chunk to the parts whose items
     reference it. A single part links the chunks file instead of copying it.
     """
-    tables = [
-        checkpoint_pb2.PriorityTableCheckpoint.FromString(r)
-        for r in _read_records(source / _TABLES_FILE)
-    ]
-    found = {t.table_name: t for t in tables}
+    found = {t.table_name: t for t in checkpoints.read_table_checkpoints(source)}
     if table_name not in found:
         raise ExportError(
             f'The checkpoint {source} holds no table {table_name!r}; it holds {sorted(found)}.'
@@ -194,15 +183,14 @@ def _write_parts(
     if (source / _CHUNKS_FILE).stat().st_size <= max_copy_bytes:
         directory = root / '0'
         count = _write_single_part(source, table_name, directory)
-        with tf.io.TFRecordWriter(os.fspath(directory / _TABLES_FILE), _COMPRESSION) as w:
-            w.write(_as_queue(record, count).SerializeToString())
-        (directory / 'DONE').touch()
+        checkpoints.write_table_checkpoints(directory, [_as_queue(record, count)])
+        checkpoints.mark_complete(directory)
         return record, [(directory, count)]
     counts: list[int] = []
     chunk_parts: dict[int, list[int]] = {}
     rows, writer = part_rows, None
     try:
-        for raw in _read_records(source / _ITEMS_FILE, batch=_ITEMS_PER_READ):
+        for raw in checkpoints.read_checkpoint_records(source / _ITEMS_FILE, batch=_ITEMS_PER_READ):
             item = schema_pb2.PrioritizedItem.FromString(raw)
             if item.table != table_name:
                 continue
@@ -211,7 +199,7 @@ def _write_parts(
                     writer.close()
                 (root / str(len(counts))).mkdir(parents=True)
                 path = root / str(len(counts)) / _ITEMS_FILE
-                writer = tf.io.TFRecordWriter(os.fspath(path), _COMPRESSION)
+                writer = checkpoints.open_checkpoint_writer(path)
                 counts.append(0)
                 rows = 0
             part = len(counts) - 1
@@ -231,11 +219,9 @@ def _write_parts(
     if len(directories) == 1:
         os.symlink((source / _CHUNKS_FILE).absolute(), directories[0] / _CHUNKS_FILE)
     elif directories:
-        writers = [
-            tf.io.TFRecordWriter(os.fspath(d / _CHUNKS_FILE), _COMPRESSION) for d in directories
-        ]
+        writers = [checkpoints.open_checkpoint_writer(d / _CHUNKS_FILE) for d in directories]
         try:
-            for raw in _read_records(source / _CHUNKS_FILE):
+            for raw in checkpoints.read_checkpoint_records(source / _CHUNKS_FILE):
                 key = schema_pb2.ChunkData.FromString(raw).chunk_key
                 for part in chunk_parts.get(key, ()):
                     writers[part].write(raw)
@@ -243,9 +229,8 @@ def _write_parts(
             for w in writers:
                 w.close()
     for directory, count in zip(directories, counts, strict=True):
-        with tf.io.TFRecordWriter(os.fspath(directory / _TABLES_FILE), _COMPRESSION) as w:
-            w.write(_as_queue(record, count).SerializeToString())
-        (directory / 'DONE').touch()
+        checkpoints.write_table_checkpoints(directory, [_as_queue(record, count)])
+        checkpoints.mark_complete(directory)
     return record, list(zip(directories, counts, strict=True))
 
 
@@ -396,8 +381,7 @@ def open_table_reader(
             'keeps them, or export a checkpoint you took (client.checkpoint()) with '
             'checkpoint=. server_checkpoint_dir= goes with server= only.'
         )
-    if part_rows < 1:
-        raise ValueError(f'part_rows={part_rows} must be at least 1.')
+    checks.check_int_at_least(part_rows, 1, argument='part_rows')
     with contextlib.ExitStack() as stack:
         if server is not None:
             client = server if isinstance(server, reverb.Client) else reverb.Client(server)

@@ -23,6 +23,8 @@ from collections.abc import Callable
 import reverb
 import tensorflow as tf
 
+from rlds_reverb.core import checks
+
 __all__ = [
     'Beta',
     'compute_importance_weights',
@@ -111,8 +113,7 @@ def linear_beta_schedule(
     """
     check_beta(start)
     check_beta(end)
-    if num_steps <= 0:
-        raise ValueError(f'num_steps={num_steps} must be positive.')
+    checks.check_int_at_least(num_steps, 1, argument='num_steps')
 
     def schedule() -> tf.Tensor:
         fraction = tf.minimum(tf.cast(step, tf.float64) / float(num_steps), 1.0)

@@ -56,7 +56,7 @@ import reverb
 import tensorflow as tf
 import tree
 
-from rlds_reverb.core import checks, types
+from rlds_reverb.core import checks, deprecation, types
 from rlds_reverb.core.episodes import without_autograph
 from rlds_reverb.core.errors import EmptyTableError, TableError
 from rlds_reverb.learn import priorities
@@ -75,7 +75,9 @@ __all__ = [
 # Maps a batch of items (leaves `[B, ...]`) to the experience the agent trains on.
 ExperienceFn = Callable[[types.Nest], types.Nest]
 
-DEFAULT_SERVER_INFO_TIMEOUT_S = 30
+# How long the server-info call made when a learner is built may take, per server.
+DEFAULT_SERVER_INFO_TIMEOUT_MS = 30_000
+DEFAULT_SERVER_INFO_TIMEOUT_S = DEFAULT_SERVER_INFO_TIMEOUT_MS // 1000  # The 0.1 name.
 # Each (server, table) stream is read by this many Reverb iterators in parallel, each batching
 # its part of the stream's count in its own thread, so that no single thread (the one
 # turning samples into tensors and copying them into the batch) bounds the stream. On a
@@ -435,7 +437,9 @@ class LearnerDataset:
       prefetch_batches: Batches prepared ahead (`tf.data.AUTOTUNE` by default).
       rate_limiter_timeout_ms: How long a table may block sampling before the iterator
         fails with "table is empty"; -1 waits forever.
-      server_info_timeout_s: Timeout of the server-info call made here (per server).
+      server_info_timeout_ms: Timeout of the server-info call made here (per server).
+      server_info_timeout_s: The deprecated form of `server_info_timeout_ms`, in seconds
+        (works until 0.3, with a `DeprecationWarning`); when given it wins.
 
     Raises:
       ValueError: If the ratios are invalid (negative, not finite, or not summing to a
@@ -470,13 +474,21 @@ class LearnerDataset:
         max_in_flight_samples_per_worker: int | None = None,
         prefetch_batches: int = tf.data.AUTOTUNE,
         rate_limiter_timeout_ms: int = -1,
-        server_info_timeout_s: int = DEFAULT_SERVER_INFO_TIMEOUT_S,
+        server_info_timeout_ms: int = DEFAULT_SERVER_INFO_TIMEOUT_MS,
+        server_info_timeout_s: int | None = None,
     ):
         priorities.check_beta(beta)
         if sequence_length is not None:
             checks.check_int_at_least(sequence_length, 1, argument='sequence_length')
-        if rate_limiter_timeout_ms < -1:
-            raise ValueError(f'rate_limiter_timeout_ms={rate_limiter_timeout_ms} must be >= -1.')
+        checks.check_int_at_least(rate_limiter_timeout_ms, -1, argument='rate_limiter_timeout_ms')
+        if server_info_timeout_s is not None:
+            deprecation.warn_renamed_argument(
+                'server_info_timeout_s',
+                'server_info_timeout_ms',
+                function='LearnerDataset',
+                values='in milliseconds: 1000 times the seconds',
+            )
+            server_info_timeout_ms = 1000 * server_info_timeout_s
         self.server_addresses = _check_addresses(server_address)
         self.server_address = self.server_addresses[0]
         all_counts = compute_mix_counts(tables, batch_size)
@@ -499,7 +511,7 @@ class LearnerDataset:
             infos = table_info.fetch_tables_info(
                 table_info.connect(address),
                 list(all_counts),
-                timeout_ms=1000 * server_info_timeout_s,
+                timeout_ms=server_info_timeout_ms,
             )
             for info in infos.values():
                 table_info.check_signature(info, self.item_spec, found="the learner's items")

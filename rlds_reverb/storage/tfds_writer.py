@@ -32,7 +32,8 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from rlds_reverb.core import files, types
+from rlds_reverb.core import checks, files
+from rlds_reverb.storage import features as features_lib
 
 __all__ = [
     'RldsDatasetWriter',
@@ -46,6 +47,8 @@ FILE_FORMAT = 'tfrecord'
 # Bytes TFRecord adds around each record: length (8), length CRC (4), data CRC (4).
 TFRECORD_OVERHEAD = 16
 _INCOMPLETE_PREFIX = '.incomplete-'
+# Made by `storage.features`, kept here where the writer's callers have found it.
+make_rlds_features = features_lib.make_rlds_features
 
 # Protobuf wire-format tags (field number << 3 | wire type 2) of tf.train.Example.
 _TAG_FEATURES = b'\x0a'  # Example.features, Features.feature (map entry), MapEntry.key.
@@ -55,27 +58,6 @@ _TAG_INT64_LIST = b'\x1a'  # Feature.int64_list.
 _TAG_PACKED_VALUES = b'\x0a'  # FloatList.value / Int64List.value (packed).
 _TAG_BYTES_LIST = b'\x0a'  # Feature.bytes_list.
 _TAG_BYTES_VALUE = b'\x0a'  # BytesList.value (one entry per string, not packed).
-
-
-def make_rlds_features(
-    step_features: Mapping[str, Any], episode_features: Mapping[str, Any] | None = None
-) -> tfds.features.FeaturesDict:
-    """Returns the TFDS features of an RLDS dataset: `steps` plus episode-level fields.
-
-    Args:
-      step_features: Step field name to TFDS feature (or NumPy dtype), flags excluded: the
-        boolean `is_first`, `is_last` and `is_terminal` are added here.
-      episode_features: Episode field name to TFDS feature, if any.
-
-    Returns:
-      A `FeaturesDict` holding a `tfds.features.Dataset` under `steps`.
-
-    Example:
-      >>> make_rlds_features({'observation': tfds.features.Tensor(shape=(4,), dtype=np.float32)})
-    """
-    flags = {flag: tfds.features.Scalar(dtype=np.bool_) for flag in types.FLAG_FIELDS}
-    steps = tfds.features.Dataset({**step_features, **flags})
-    return tfds.features.FeaturesDict({types.STEPS: steps, **(episode_features or {})})
 
 
 def _encode_varints(values: np.ndarray) -> bytes:
@@ -265,8 +247,7 @@ class RldsDatasetWriter:
         Raises:
           ValueError: If `episodes_per_shard` < 1.
         """
-        if episodes_per_shard < 1:
-            raise ValueError(f'episodes_per_shard={episodes_per_shard} must be at least 1.')
+        checks.check_int_at_least(episodes_per_shard, 1, argument='episodes_per_shard')
         self.target = pathlib.Path(directory).expanduser().absolute()
         files.make_shared_dirs(self.target.parent)
         remove_incomplete(self.target.parent)

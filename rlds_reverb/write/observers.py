@@ -19,7 +19,9 @@ create the items in C++ (no per-step Python `history` slicing or `create_item` c
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import functools
+from collections.abc import Callable, Sequence
+from typing import Any
 
 import reverb
 import tensorflow as tf
@@ -28,6 +30,7 @@ from reverb import structured_writer as sw
 from tf_agents.replay_buffers import reverb_utils
 from tf_agents.trajectories import trajectory as trajectory_lib
 
+from rlds_reverb.core import checks
 from rlds_reverb.serve import table_info
 from rlds_reverb.write import configs, engines
 
@@ -47,6 +50,19 @@ def _as_table_names(table_name: str | Sequence[str]) -> list[str]:
 def _wait(client: reverb.Client, wait) -> None:
     """Waits for the server as TF-Agents' observers do (no timeout), but names a dead one."""
     engines.wait_on_server(wait, address=client.server_address, timeout_ms=None)
+
+
+def _end_and_release(client: reverb.Client, writer, release: Callable[[Any], None]) -> None:
+    """Ends the episode on an observer's `writer` (if it has one), then `release`s it.
+
+    The writer is released also when the server stops answering (the error is raised after).
+    """
+    if writer is None:
+        return
+    try:
+        _wait(client, lambda ms: writer.end_episode(timeout_ms=ms))
+    finally:
+        release(writer)
 
 
 def _fetch_signature(client: reverb.Client, table: str):
@@ -276,12 +292,10 @@ class ReverbAddTrajectoryObserver:
             the writer is released all the same.
         """
         writer, self._writer = self._writer, None
-        if writer is None:
-            return
-        try:
-            _wait(self._py_client, lambda ms: writer.end_episode(timeout_ms=ms))
-        finally:
-            engines.release_structured_writer(writer, address=self._py_client.server_address)
+        release = functools.partial(
+            engines.release_structured_writer, address=self._py_client.server_address
+        )
+        _end_and_release(self._py_client, writer, release)
 
     def __del__(self):
         # TF-Agents' observer closes its TrajectoryWriter when collected; a StructuredWriter
@@ -320,8 +334,7 @@ class ReverbAddEpisodeObserver:
         *,
         keep_tails: bool = False,
     ):
-        if max_sequence_length <= 0:
-            raise ValueError('`max_sequence_length` must be an integer greater equal one.')
+        checks.check_int_at_least(max_sequence_length, 1, argument='max_sequence_length')
         self._py_client = py_client
         self._table_names = _as_table_names(table_name)
         self._max_sequence_length = max_sequence_length
@@ -411,9 +424,4 @@ class ReverbAddEpisodeObserver:
             the writer is closed all the same.
         """
         writer, self._writer = self._writer, None
-        if writer is None:
-            return
-        try:
-            _wait(self._py_client, lambda ms: writer.end_episode(timeout_ms=ms))
-        finally:
-            writer.close()
+        _end_and_release(self._py_client, writer, lambda w: w.close())

@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 import time
 import warnings
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import reverb
@@ -46,7 +46,7 @@ __all__ = [
     'push_rlds_to_reverb',
 ]
 
-ProgressFn = Callable[[int, int], None]
+ProgressFn = types.EpisodeProgressFn  # The 0.1 name.
 
 DEFAULT_TIMEOUT_MS = 60_000
 # Below the 50 pending items at which Reverb logs "pending items is alarmingly high" on every

@@ -66,3 +66,14 @@ def test_mode_argument_still_works_as_on_invalid():
     with pytest.warns(DeprecationWarning, match=r'convert_rlds_to_trajectories\(mode=...\)'):
         trajectories = rlds_reverb.convert_rlds_to_trajectories(_episodes(), mode='skip')
     assert len(list(trajectories)) == 3
+
+
+def test_progress_callback_types_are_defined_once_and_keep_their_old_names():
+    from rlds_reverb.core import types
+    from rlds_reverb.distribute import pipeline
+    from rlds_reverb.export import reverb_export
+    from rlds_reverb.write import push
+
+    assert push.ProgressFn is reverb_export.ProgressFn is types.EpisodeProgressFn
+    assert pipeline.ProgressFn is types.ItemProgressFn
+    assert types.EpisodeProgressFn != types.ItemProgressFn

@@ -91,7 +91,7 @@ def test_evaluation_needs_an_episode():
         learner.LearnerConfig(), observation_spec=OBSERVATION_SPEC, action_spec=ACTION_SPEC
     )
     assert 0 < learner.evaluate_policy(agent.policy, num_episodes=1) <= 500
-    with pytest.raises(ValueError, match='num_episodes=0 must be >= 1'):
+    with pytest.raises(ValueError, match='num_episodes=0 is not valid; expected an integer >= 1'):
         learner.evaluate_policy(agent.policy, num_episodes=0)
 
 
@@ -213,7 +213,7 @@ def test_demo_servers_option_is_read_and_checked():
     demo_command.add_demo_parser(parser.add_subparsers(dest='command'))
     assert parser.parse_args(['demo', '--servers', '2']).servers == 2
     assert parser.parse_args(['demo']).servers == 1
-    with pytest.raises(ValueError, match='num_servers=0 must be an integer >= 1'):
+    with pytest.raises(ValueError, match='num_servers=0 is not valid; expected an integer >= 1'):
         demo.run_demo(quick=True, num_servers=0, verbose=False)
-    with pytest.raises(ValueError, match='num_servers=0 must be an integer >= 1'):
+    with pytest.raises(ValueError, match='num_servers=0 is not valid; expected an integer >= 1'):
         demo.seed_tables(None, learner.LearnerConfig(), num_steps=1, num_servers=0)

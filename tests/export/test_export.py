@@ -14,12 +14,17 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 import tree
 from reverb.platform import checkpointers_lib
+from tf_agents.drivers import py_driver
+from tf_agents.environments import suite_gym
+from tf_agents.policies import py_policy
+from tf_agents.specs import array_spec
+from tf_agents.trajectories import policy_step
 
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import types
 from rlds_reverb.core.errors import ExportError
 from rlds_reverb.examples import cartpole
-from rlds_reverb.export import reverb_export
+from rlds_reverb.export import recorder, reverb_export
 from rlds_reverb.read.loading import load
 from rlds_reverb.serve import tables
 from rlds_reverb.storage import tfds_writer
@@ -554,3 +559,34 @@ def test_cli_exports_sequence_windows_without_ids(tmp_path, server_for, run_cli)
         tmp_path / 'again',
     )
     assert code != 0 and "end='last' cannot be placed without ids" in err
+
+
+class _NotingPolicy(py_policy.PyPolicy):
+    """Pushes the pole's way, and says which way in a string policy info field."""
+
+    def __init__(self, env):
+        info_spec = {'note': array_spec.ArraySpec((), np.object_, 'note')}
+        super().__init__(env.time_step_spec(), env.action_spec(), info_spec=info_spec)
+
+    def _action(self, time_step, policy_state):
+        action = np.int64(time_step.observation[2] > 0)
+        note = np.array(b'right' if action else b'left', dtype=object)
+        return policy_step.PolicyStep(action, policy_state, {'note': note})
+
+
+def test_record_and_export_store_a_string_policy_info_field_alike(tmp_path, server_for):
+    # One mapping of specs to TFDS features: before, only export took tf.string fields.
+    env = suite_gym.load('CartPole-v1', max_episode_steps=6)
+    policy = _NotingPolicy(env)
+    with recorder.RldsRecorder(tmp_path / 'recorded', policy.trajectory_spec) as rec:
+        py_driver.PyDriver(env, policy, [rec], max_episodes=2).run(env.reset())
+    episodes = load(tmp_path / 'recorded')
+    assert episodes.element_spec[types.STEPS].element_spec['note'].dtype == tf.string
+    address = server_for(items.TwoStep(), episodes)
+    push_lib.push(episodes, address, 'replay')
+    reverb_export.export_table(
+        tmp_path / 'out', 'replay', server=address, server_checkpoint_dir=tmp_path / 'ckpt'
+    )
+    assert_same_dataset(tmp_path / 'recorded', tmp_path / 'out')
+    _, recorded = read_tfds(tmp_path / 'recorded')
+    assert set(recorded[0][types.STEPS]['note'][:-1]) <= {b'left', b'right'}

@@ -190,3 +190,28 @@ def test_partial_episodes_are_named_by_what_is_known(add_ids, tmp_path):
             "(the 1st episode in the table's insertion order (the items hold no episode ids, "
             'so its index in the dataset is unknown): 2 step(s) found, missing its beginning'
         ) in message
+
+
+def test_the_checkpoint_layout_has_one_owner(users_server, tmp_path):
+    # serve/checkpoints names Reverb's checkpoint files; no other module spells them.
+    package = pathlib.Path(checkpoints.__file__).parents[1]
+    literals = ("'DONE'", "'tables.tfrecord'", "'items.tfrecord'", "'chunks.tfrecord'", "'ZLIB'")
+    spelled = sorted(
+        str(path.relative_to(package))
+        for path in package.rglob('*.py')
+        if path.name != 'checkpoints.py' and any(s in path.read_text() for s in literals)
+    )
+    assert spelled == []
+    # Its functions read what Reverb wrote, and a rewrite reads back the same.
+    _, _, ckpt, mine = users_server
+    assert checkpoints.is_complete_checkpoint(mine)
+    assert not checkpoints.is_complete_checkpoint(ckpt)
+    copy = tmp_path / 'copy'
+    copy.mkdir()
+    tables_before = checkpoints.read_table_checkpoints(mine)
+    checkpoints.write_table_checkpoints(copy, tables_before)
+    assert not checkpoints.is_complete_checkpoint(copy)
+    checkpoints.mark_complete(copy)
+    assert checkpoints.is_complete_checkpoint(copy)
+    assert checkpoints.read_table_checkpoints(copy) == tables_before
+    assert checkpoints.find_latest_checkpoint(tmp_path) == copy

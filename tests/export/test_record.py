@@ -182,7 +182,7 @@ def test_policy_info_named_like_a_step_field_is_refused():
 
 
 def test_record_episodes_refuses_bad_options(tmp_path):
-    with pytest.raises(ValueError, match='num_episodes=0 must be at least 1'):
+    with pytest.raises(ValueError, match='num_episodes=0 is not valid; expected an integer >= 1'):
         collect.record_episodes(tmp_path / 'out', num_episodes=0)
     with pytest.raises(ValueError, match='--policy scripted is the CartPole controller'):
         collect.record_episodes(

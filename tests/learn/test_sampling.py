@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import functools
+import socket
+
 import numpy as np
 import pytest
 import reverb
 import tensorflow as tf
 
 from rlds_reverb.core import types
-from rlds_reverb.core.errors import EmptyTableError, SpecMismatchError, TableError
+from rlds_reverb.core.errors import (
+    EmptyTableError,
+    ReverbConnectionError,
+    SpecMismatchError,
+    TableError,
+)
 from rlds_reverb.learn import priorities, sampling
 from rlds_reverb.serve import tables
 from tests import reverb_tables
@@ -172,7 +180,7 @@ def test_bad_schedule_arguments_are_refused():
     step = tf.Variable(0)
     with pytest.raises(ValueError, match=r'outside \[0, 1\]'):
         priorities.linear_beta_schedule(step, start=1.2, num_steps=5)
-    with pytest.raises(ValueError, match='num_steps=0 must be positive'):
+    with pytest.raises(ValueError, match='num_steps=0 is not valid; expected an integer >= 1'):
         priorities.linear_beta_schedule(step, num_steps=0)
 
 
@@ -330,7 +338,9 @@ def test_unsupported_beta_and_options_are_refused(client):
         sampling.LearnerDataset(
             client.server_address, 'prio', data_spec=ITEM_SPEC, batch_size=2, sequence_length=0
         )
-    with pytest.raises(ValueError, match='rate_limiter_timeout_ms=-5 must be >= -1'):
+    with pytest.raises(
+        ValueError, match='rate_limiter_timeout_ms=-5 is not valid; expected an integer >= -1'
+    ):
         _learner(client, 'prio', rate_limiter_timeout_ms=-5)
     with pytest.raises(ValueError, match='must sum to a positive number'):
         _learner(client, {'mix_a': 0.0})
@@ -376,3 +386,26 @@ def test_iterators_split_each_stream_count_exactly(client):
     assert batch.experience['source'].shape == (7,)
     with pytest.raises(ValueError, match='iterators_per_stream'):
         _learner(client, 'mix_a', iterators_per_stream=0)
+
+
+def test_server_info_timeout_is_in_milliseconds_and_the_seconds_form_still_works():
+    # A listening socket that never speaks gRPC: the server-info call waits out its timeout,
+    # which the error names in milliseconds.
+    with socket.socket() as listener:
+        listener.bind(('localhost', 0))
+        listener.listen()
+        address = f'localhost:{listener.getsockname()[1]}'
+        make = functools.partial(
+            sampling.LearnerDataset, address, 'prio', data_spec=ITEM_SPEC, batch_size=2
+        )
+        with pytest.raises(ReverbConnectionError, match='did not answer within 1000 ms'):
+            make(server_info_timeout_ms=1000)
+        with (
+            pytest.warns(
+                DeprecationWarning,
+                match=r'server_info_timeout_s=\.\.\.\) is deprecated; pass server_info_timeout_ms'
+                r'=\.\.\. instead \(in milliseconds: 1000 times the seconds\)',
+            ),
+            pytest.raises(ReverbConnectionError, match='did not answer within 1000 ms'),
+        ):
+            make(server_info_timeout_s=1)

@@ -108,7 +108,7 @@ def test_servers_listed_twice_or_none_are_refused(clients):
     with pytest.raises(ReverbConnectionError, match='localhost:1 '):
         sampling.LearnerDataset(
             [address, 'localhost:1'], 'uni', data_spec=ITEM_SPEC, batch_size=2,
-            sequence_length=None, server_info_timeout_s=1,
+            sequence_length=None, server_info_timeout_ms=1000,
         )  # fmt: skip
 
 

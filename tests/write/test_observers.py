@@ -80,7 +80,9 @@ def test_episode_observer_raises_on_long_episode(reverb_client):
 
 
 def test_episode_observer_rejects_bad_length(reverb_client):
-    with pytest.raises(ValueError, match='greater equal one'):
+    with pytest.raises(
+        ValueError, match='max_sequence_length=0 is not valid; expected an integer >= 1'
+    ):
         observers.ReverbAddEpisodeObserver(reverb_client, 'two_step', 0)
 
 
