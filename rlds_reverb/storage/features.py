@@ -18,6 +18,14 @@ import tree
 
 from rlds_reverb.core import types
 
+__all__ = [
+    'as_numpy_dtype',
+    'make_feature',
+    'make_rlds_features',
+    'make_rlds_features_from_specs',
+    'split_policy_info',
+]
+
 
 def split_policy_info(policy_info: Any) -> dict:
     """Returns a trajectory's policy info as step fields.

@@ -77,3 +77,29 @@ def test_progress_callback_types_are_defined_once_and_keep_their_old_names():
     assert push.ProgressFn is reverb_export.ProgressFn is types.EpisodeProgressFn
     assert pipeline.ProgressFn is types.ItemProgressFn
     assert types.EpisodeProgressFn != types.ItemProgressFn
+
+
+def test_learner_dataset_server_info_timeout_s_still_works_in_seconds():
+    import socket
+
+    import tensorflow as tf
+
+    from rlds_reverb.core.errors import ReverbConnectionError
+    from rlds_reverb.learn import sampling
+
+    spec = {'x': tf.TensorSpec([], tf.float32)}
+    with socket.socket() as listener:  # Listens, never speaks gRPC: the call times out.
+        listener.bind(('localhost', 0))
+        listener.listen()
+        address = f'localhost:{listener.getsockname()[1]}'
+        with (
+            pytest.warns(
+                DeprecationWarning,
+                match=r'server_info_timeout_s=\.\.\.\) is deprecated; pass server_info_timeout_ms'
+                r'=\.\.\. instead \(in milliseconds: 1000 times the seconds\)',
+            ),
+            pytest.raises(ReverbConnectionError, match='did not answer within 1000 ms'),
+        ):
+            sampling.LearnerDataset(
+                address, 'prio', data_spec=spec, batch_size=2, server_info_timeout_s=1
+            )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import functools
 import socket
 
 import numpy as np
@@ -388,24 +387,14 @@ def test_iterators_split_each_stream_count_exactly(client):
         _learner(client, 'mix_a', iterators_per_stream=0)
 
 
-def test_server_info_timeout_is_in_milliseconds_and_the_seconds_form_still_works():
+def test_server_info_timeout_is_in_milliseconds():
     # A listening socket that never speaks gRPC: the server-info call waits out its timeout,
-    # which the error names in milliseconds.
+    # which the error names in milliseconds. (The 0.1 seconds form: tests/core/test_deprecation.py.)
     with socket.socket() as listener:
         listener.bind(('localhost', 0))
         listener.listen()
         address = f'localhost:{listener.getsockname()[1]}'
-        make = functools.partial(
-            sampling.LearnerDataset, address, 'prio', data_spec=ITEM_SPEC, batch_size=2
-        )
         with pytest.raises(ReverbConnectionError, match='did not answer within 1000 ms'):
-            make(server_info_timeout_ms=1000)
-        with (
-            pytest.warns(
-                DeprecationWarning,
-                match=r'server_info_timeout_s=\.\.\.\) is deprecated; pass server_info_timeout_ms'
-                r'=\.\.\. instead \(in milliseconds: 1000 times the seconds\)',
-            ),
-            pytest.raises(ReverbConnectionError, match='did not answer within 1000 ms'),
-        ):
-            make(server_info_timeout_s=1)
+            sampling.LearnerDataset(
+                address, 'prio', data_spec=ITEM_SPEC, batch_size=2, server_info_timeout_ms=1000
+            )

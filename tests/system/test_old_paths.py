@@ -22,6 +22,7 @@ _RENAMED_ARGUMENTS = {
     'validate': 'mode',
     'convert_rlds_to_trajectories': 'mode',
     'count_inserted': 'timeout_s',
+    'LearnerDataset': 'server_info_timeout_s',
 }
 
 
