@@ -55,6 +55,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 import tree
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics.metric import Metrics, MetricsFilter
 from apache_beam.options.pipeline_options import (
     DirectOptions,
     PipelineOptions,
@@ -83,6 +84,11 @@ _PROBE_TIMEOUT_MS = 2_000
 # Shard groups per worker: enough to balance the workers, few enough that each read's fixed
 # set-up (opening the dataset, tracing) is paid a handful of times, not once per shard.
 _GROUPS_PER_WORKER = 2
+# The Beam counters of what the stages read (`ReadCounts`).
+_METRICS_NAMESPACE = 'rlds_reverb'
+_RECORDS_SCANNED = 'records_scanned'
+_DECODED_TO_COUNT = 'episodes_decoded_to_count'
+_DECODED_TO_WRITE = 'episodes_decoded_to_write'
 
 
 class DistributedPushError(errors.PushError):
@@ -136,12 +142,38 @@ class ServerCounts:
 
 
 @dataclasses.dataclass
+class ReadCounts:
+    """What the pipeline's workers read, summed from its Beam counters.
+
+    Attributes:
+      records_scanned: Records the count stage parsed from their bytes in bulk (steps not
+        decoded: lengths, flags, rewards and discounts read as plain numbers).
+      decoded_to_count: Episodes the count stage decoded (those the bulk scan could not
+        decide, or every episode when the dataset cannot be scanned, docs/semantics.md).
+      decoded_to_write: Episodes the writers decoded, each writer its own index range.
+    """
+
+    records_scanned: int = 0
+    decoded_to_count: int = 0
+    decoded_to_write: int = 0
+
+    @property
+    def decoded(self) -> int:
+        """Episodes decoded by every worker together."""
+        return self.decoded_to_count + self.decoded_to_write
+
+
+@dataclasses.dataclass
 class BeamPushResult:
-    """What a Beam push wrote, per server and in total."""
+    """What a Beam push wrote, per server and in total.
+
+    `reads` is what the workers read (`ReadCounts`), None when the runner reports no metrics.
+    """
 
     table: str
     servers: list[ServerCounts]
     seconds: float = 0.0
+    reads: ReadCounts | None = None
 
     @property
     def episodes(self) -> int:
@@ -185,6 +217,11 @@ class BeamPushResult:
         return '\n'.join(lines)
 
 
+def _count_read(name: str, value: int) -> None:
+    """Adds `value` to the Beam counter `name` (`ReadCounts`)."""
+    Metrics.counter(_METRICS_NAMESPACE, name).inc(value)
+
+
 def _read_range(job: _Job, first: int, count: int) -> tf.data.Dataset:
     """Returns the split's episodes `first..first+count-1` (shard order), as every stage reads.
 
@@ -216,6 +253,7 @@ class _CountShard(beam.DoFn):
             checker = validation.EpisodeChecker(specs.get_step_spec(episodes))
             counted = summarize_episodes(episodes, job.item)
             for local, element in validation.read_episodes(counted):
+                _count_read(_DECODED_TO_COUNT, 1)
                 index = shard.first + local
                 summary, count = (element, 0) if isinstance(element, Exception) else element
                 problems = checker.find_problems(index, summary)
@@ -291,12 +329,12 @@ class _WritePartition(beam.DoFn):
         yield counts
 
 
-def _plan_episodes(job: _Job, indices: Sequence[int]) -> tf.data.Dataset:
+def _plan_episodes(job: _Job, indices: Sequence[int], decoded: tf.Variable) -> tf.data.Dataset:
     """Returns the plans of the split's episodes at `indices` (ascending), in that order.
 
     The writer reads only the index range from its first episode to its last (one range
     per server, `routing.assign_servers`) and drops the skipped episodes in it; the shuffle
-    never carries episode data.
+    never carries episode data. `decoded` counts the episodes read (skipped ones included).
     """
     first = indices[0]
     wanted = np.zeros(indices[-1] - first + 1, dtype=bool)
@@ -305,6 +343,7 @@ def _plan_episodes(job: _Job, indices: Sequence[int]) -> tf.data.Dataset:
     loaded = _read_range(job, first, len(wanted))
     picked = (
         episodes_lib.to_whole_episodes(loaded)
+        .map(episodes_lib.without_autograph(lambda episode: _count_episode(decoded, episode)))
         .enumerate()
         .filter(episodes_lib.without_autograph(lambda i, _: wanted[i]))
         .map(episodes_lib.without_autograph(lambda _, episode: episode))
@@ -317,9 +356,22 @@ def _plan_episodes(job: _Job, indices: Sequence[int]) -> tf.data.Dataset:
     )
 
 
+def _count_episode(decoded: tf.Variable, episode: dict) -> dict:
+    with tf.control_dependencies([decoded.assign_add(1)]):
+        return tf.nest.map_structure(tf.identity, episode)
+
+
 def _read_plans(job: _Job, episodes: list[_Episode]):
     """Yields the plans of `episodes`; fails if one no longer reads as it was counted."""
-    plans = validation.read_episodes(_plan_episodes(job, [e.index for e in episodes]))
+    decoded = tf.Variable(0, dtype=tf.int64, trainable=False)
+    try:
+        yield from _check_plans(job, episodes, decoded)
+    finally:
+        _count_read(_DECODED_TO_WRITE, int(decoded.numpy()))
+
+
+def _check_plans(job: _Job, episodes: list[_Episode], decoded: tf.Variable):
+    plans = validation.read_episodes(_plan_episodes(job, [e.index for e in episodes], decoded))
     for episode in episodes:
         _, plan = next(plans, (None, RuntimeError('the dataset has fewer episodes')))
         if isinstance(plan, Exception) or plan.num_items != episode.num_items:
@@ -682,13 +734,33 @@ def _run_pipeline(job: _Job, options, shards, before: dict, progress) -> BeamPus
     try:
         if poller:
             poller.__enter__()
-        pipeline.run().wait_until_finish()  # Not `with Pipeline()`: that would run it again.
+        run = pipeline.run()  # Not `with Pipeline()`: that would run it again.
+        run.wait_until_finish()
     except Exception as e:
         raise _describe_failure(e, job, before) from e
     finally:
         if poller:
             poller.__exit__()
-    return _collect(job, before)
+    result = _collect(job, before)
+    result.reads = _query_reads(run)
+    return result
+
+
+def _query_reads(run) -> ReadCounts | None:
+    """Returns the counters of what the workers read, or None if the runner has no metrics."""
+    try:
+        found = run.metrics().query(MetricsFilter().with_namespace(_METRICS_NAMESPACE))
+    except (NotImplementedError, AttributeError):
+        return None
+    values = {}
+    for counter in found['counters']:  # One result per counter and stage: summed.
+        name = counter.key.metric.name
+        values[name] = values.get(name, 0) + (counter.committed or 0)
+    return ReadCounts(
+        records_scanned=values.get(_RECORDS_SCANNED, 0),
+        decoded_to_count=values.get(_DECODED_TO_COUNT, 0),
+        decoded_to_write=values.get(_DECODED_TO_WRITE, 0),
+    )
 
 
 def _describe_failure(error: Exception, job: _Job, before: dict) -> DistributedPushError:
