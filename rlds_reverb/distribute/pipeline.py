@@ -63,11 +63,11 @@ from apache_beam.options.pipeline_options import (
     WorkerOptions,
 )
 
-from rlds_reverb.check import validation
+from rlds_reverb.check import record_checks, validation
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import errors, specs, types
 from rlds_reverb.distribute import routing
-from rlds_reverb.read import loading
+from rlds_reverb.read import loading, records
 from rlds_reverb.serve import table_info
 from rlds_reverb.transform import items as items_lib
 from rlds_reverb.transform.plans import PriorityFn, make_episode_plans, summarize_episodes
@@ -84,6 +84,9 @@ _PROBE_TIMEOUT_MS = 2_000
 # Shard groups per worker: enough to balance the workers, few enough that each read's fixed
 # set-up (opening the dataset, tracing) is paid a handful of times, not once per shard.
 _GROUPS_PER_WORKER = 2
+# Records the count stage scans at a time: the parser's per-call cost vanishes, memory stays
+# flat in the dataset's size.
+_SCAN_RECORDS = 64
 # The Beam counters of what the stages read (`ReadCounts`).
 _METRICS_NAMESPACE = 'rlds_reverb'
 _RECORDS_SCANNED = 'records_scanned'
@@ -241,40 +244,152 @@ def _read_range(job: _Job, first: int, count: int) -> tf.data.Dataset:
 
 
 class _CountShard(beam.DoFn):
-    """Reads one shard's episodes, validates them and yields their item counts."""
+    """Counts one shard group's episodes: steps, items, valid or not (`_count_range`)."""
 
     def __init__(self, job: _Job):
         self._job = job
 
     def process(self, shard: routing.ShardRange):
-        job = self._job
         try:
-            episodes = _read_range(job, shard.first, shard.count)
-            checker = validation.EpisodeChecker(specs.get_step_spec(episodes))
-            counted = summarize_episodes(episodes, job.item)
-            for local, element in validation.read_episodes(counted):
-                _count_read(_DECODED_TO_COUNT, 1)
-                index = shard.first + local
-                summary, count = (element, 0) if isinstance(element, Exception) else element
-                problems = checker.find_problems(index, summary)
-                if problems:
-                    if job.mode is types.ValidationMode.RAISE:
-                        raise errors.InvalidEpisodeError(index, problems)
-                    length = 0 if isinstance(summary, Exception) else int(summary.length)
-                    yield _Episode(index, length, 0, valid=False)
-                    continue
-                reason = job.item.describe_length_problem(int(summary.length))
-                if reason:
-                    raise errors.EpisodeTooLongError(
-                        f'Episode {index}: {reason}.', episodes_written=0, items_written=0
-                    )
-                yield _Episode(index, int(summary.length), int(count), valid=True)
+            yield from _count_range(self._job, shard)
         except Exception as e:
             raise RuntimeError(
                 f'{_WORKER_ERROR}Reading shard {shard.filename} (episodes {shard.first}..'
                 f'{shard.first + shard.count - 1}) failed: {_one_line(e)} Nothing was written '
                 '(writers start after every episode is counted).'
             ) from e
+
+
+def _count_range(job: _Job, shard: routing.ShardRange):
+    """Yields an `_Episode` per episode of `shard`, in order, decoding as few as it can.
+
+    The records are scanned from their bytes in bulk (`record_checks.summarize_records`:
+    step counts and the rules on flags, rewards and discounts, no step decoded); the item
+    counts follow from the step counts. Only the episodes the scan finds invalid, or cannot
+    decide, are decoded here, by runs of neighbours, to decide and name their problems
+    exactly as `validate` does; so a valid episode is decoded once in the whole pipeline,
+    by its writer. A dataset the scan cannot read (encoded step fields such as images,
+    per-step shapes that vary, item kinds of one's own, unreadable shards) is decoded here
+    whole, as `_count_decoded` does.
+    """
+    episodes = _read_range(job, shard.first, shard.count)  # Not read: the step spec.
+    step_spec = specs.get_step_spec(episodes)
+    checker = validation.EpisodeChecker(step_spec)
+    scanned = _scan_range(job, shard, step_spec)
+    items = None if scanned is None else _count_items_by_length(job.item, scanned[0], step_spec)
+    if items is None:
+        yield from _count_decoded(job, episodes, shard.first, checker)
+        return
+    lengths, clean = scanned
+    local = 0
+    while local < shard.count:
+        if not clean[local]:  # A run of undecided neighbours, decoded together.
+            end = local + int(np.argmax(np.append(clean[local:], True)))
+            first = shard.first + local
+            undecided = _read_range(job, first, end - local)
+            yield from _count_decoded(job, undecided, first, validation.EpisodeChecker(step_spec))
+            local = end
+            continue
+        index, length = shard.first + local, int(lengths[local])
+        _check_length(job, index, length)
+        yield _Episode(index, length, int(items[local]), valid=True)
+        local += 1
+
+
+def _check_length(job: _Job, index: int, length: int) -> None:
+    reason = job.item.describe_length_problem(length)
+    if reason:
+        raise errors.EpisodeTooLongError(
+            f'Episode {index}: {reason}.', episodes_written=0, items_written=0
+        )
+
+
+def _count_decoded(job: _Job, episodes: tf.data.Dataset, first: int, checker):
+    """Yields an `_Episode` per episode of `episodes` (numbered from `first`), decoding each.
+
+    Invalid episodes raise (`on_invalid='raise'`) or are counted as skipped.
+    """
+    counted = summarize_episodes(episodes, job.item)
+    for local, element in validation.read_episodes(counted):
+        _count_read(_DECODED_TO_COUNT, 1)
+        index = first + local
+        summary, count = (element, 0) if isinstance(element, Exception) else element
+        problems = checker.find_problems(index, summary)
+        if problems:
+            if job.mode is types.ValidationMode.RAISE:
+                raise errors.InvalidEpisodeError(index, problems)
+            length = 0 if isinstance(summary, Exception) else int(summary.length)
+            yield _Episode(index, length, 0, valid=False)
+            continue
+        _check_length(job, index, int(summary.length))
+        yield _Episode(index, int(summary.length), int(count), valid=True)
+
+
+def _scan_range(
+    job: _Job, shard: routing.ShardRange, step_spec: dict
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Returns (steps, certainly valid) per episode of `shard`, from the records' bytes.
+
+    None when the records cannot be scanned (see `_count_range`): the caller decodes them.
+    """
+    builder = loading.open_builder(job.dataset_dir)
+    serialized_steps = builder.info.features[types.STEPS].get_serialized_info()
+    plan = record_checks.plan_record_checks(serialized_steps, step_spec)
+    if plan is None:
+        return None
+    split = f'{job.split}[{shard.first}:{shard.first + shard.count}]'
+    instructions = builder.info.splits[split].file_instructions
+    source = records.RecordSource(
+        tuple((os.fspath(i.filename), int(i.skip), int(i.take)) for i in instructions),
+        serialized_steps,
+    )
+    lengths, clean = [], []
+    try:
+        for batch in records.read_serialized_batches(source, batch_records=_SCAN_RECORDS):
+            _count_read(_RECORDS_SCANNED, len(batch))
+            summary = record_checks.summarize_records(batch, plan)
+            lengths.append(summary.lengths)
+            clean.append(summary.clean)
+    except (tf.errors.OpError, ValueError):
+        return None  # Decoding names the shard, record and field.
+    if sum(len(c) for c in clean) != shard.count:
+        return None
+    return np.concatenate(lengths), np.concatenate(clean)
+
+
+def _count_items_by_length(
+    item: items_lib.ItemKind, lengths: np.ndarray, step_spec: dict
+) -> np.ndarray | None:
+    """Returns each episode's item count from its step count, or None if that cannot say.
+
+    The item kinds of `rlds_reverb.items` place their windows by the episode's length
+    alone (`compute_windows`), so one traced call per distinct length counts them; an
+    item kind of one's own may look at the data, and is counted from decoded episodes.
+    """
+    kind = type(item)
+    if kind.__module__ != items_lib.__name__ or (
+        kind.prepare_episodes is not items_lib.ItemKind.prepare_episodes
+    ):
+        return None
+    signature = tree.map_structure(lambda s: tf.TensorSpec([None, *s.shape], s.dtype), step_spec)
+    count = tf.function(
+        lambda steps: tf.size(item.compute_windows(steps)[0]),
+        input_signature=[signature],
+        autograph=False,
+    )
+    distinct, where = np.unique(lengths, return_inverse=True)
+    per_length = np.array(
+        [
+            int(
+                count(
+                    tree.map_structure(lambda s, n=n: tf.zeros([n, *s.shape], s.dtype), step_spec)
+                )
+            )
+            for n in distinct.tolist()
+        ],
+        dtype=np.int64,
+    )
+    return per_length[where].reshape(-1)
 
 
 # --- Stage 2: route -------------------------------------------------------------------------
