@@ -19,6 +19,7 @@ import time
 import numpy as np
 import pytest
 import reverb
+import tensorflow_datasets as tfds
 import tree
 
 from rlds_reverb.core import errors
@@ -372,6 +373,55 @@ def test_beam_push_of_tfds_default_layout_gives_the_items_push_gives(layout_dir,
 def test_beam_push_of_the_embedded_cartpole_dataset_gives_the_items_push_gives(tmp_path):
     path = cartpole.generate(tmp_path)  # The defaults: 250 episodes, shards of 100, 100, 50.
     _push_with_beam_and_push(path, 2)
+
+
+# --- What the workers read: each episode decoded once, whatever the number of servers ---------
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('num_servers', [1, 2, 4])
+def test_beam_decodes_each_episode_once_whatever_the_servers(users_plain_dir, num_servers):
+    # TFDS's own writer: 300 episodes in 3 shuffled shards; two workers, so the count stage
+    # reads several shard groups and the writers one index range each.
+    # In shard order, as the pipeline numbers episodes (a plain read interleaves shards).
+    episodes = load(users_plain_dir, read_config=tfds.ReadConfig(interleave_cycle_length=1))
+    counts = count_items_per_episode(episodes, items.TwoStep())
+    signature = tables.signature_for(items.TwoStep(), episodes)
+    running = [
+        reverb.Server([_fifo_table(signature, max_size=100_000)]) for _ in range(num_servers)
+    ]
+    try:
+        result = pipeline.push_with_beam(
+            users_plain_dir,
+            [f'localhost:{s.port}' for s in running],
+            _TABLE,
+            pipeline_options=['--runner=DirectRunner', '--direct_num_workers=2'],
+        )
+    finally:
+        for server in running:
+            server.stop()
+    assert result.items == counts.sum() == sum(s.inserted for s in result.servers)
+    # The count stage scans every record's bytes once (steps not decoded); each writer
+    # decodes its own index range only, from its first episode that gives items (a
+    # one-step episode gives no two-step item: the resume point passes it unread).
+    placement = routing.assign_servers(counts, num_servers)
+    runs = [counts[placement == k] for k in range(num_servers)]
+    written = sum(len(run) - resume.find_resume_point(0, run).episode for run in runs)
+    assert result.reads == pipeline.ReadCounts(
+        records_scanned=len(counts), decoded_to_count=0, decoded_to_write=written
+    )
+    assert len(counts) - num_servers <= result.reads.decoded <= len(counts)
+
+
+@pytest.mark.slow
+def test_beam_decodes_to_count_only_the_invalid_episode(invalid_dir, servers):
+    result = pipeline.push_with_beam(invalid_dir, servers, _TABLE, on_invalid='skip')
+    assert result.skipped_episodes == 1
+    assert result.items == len(_expected(_LENGTHS, skip={_INVALID}))
+    reads = result.reads
+    assert (reads.records_scanned, reads.decoded_to_count) == (len(_LENGTHS), 1)
+    # A writer whose index range holds the skipped episode decodes it too, and drops it.
+    assert len(_LENGTHS) - 1 <= reads.decoded_to_write <= len(_LENGTHS)
 
 
 # --- Faults: a worker killed mid-episode, a server killed and restarted -----------------------
