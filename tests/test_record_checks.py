@@ -139,6 +139,15 @@ def test_summarize_records_decides_nothing_when_a_field_has_another_step_count(t
     assert not summary.clean.any()  # The valid first episode too: the caller decodes both.
 
 
+def test_summarize_records_raises_on_a_record_that_does_not_parse(tmp_path):
+    directory = builders.write_tfds(tmp_path, _VALID, name='garbage')
+    episodes = rlds_reverb.load(directory)
+    source = _source(episodes)
+    plan = record_checks.plan_record_checks(source.serialized_steps, specs.get_step_spec(episodes))
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        record_checks.summarize_records([b'not a tf.train.Example'], plan)
+
+
 def test_sliced_split_counts_only_the_slice(tmp_path):
     episodes = [builders.episode(length) for length in (1, 2, 3, 4, 5, 6)]
     directory = builders.write_tfds(tmp_path, episodes, name='sliced', episodes_per_shard=2)

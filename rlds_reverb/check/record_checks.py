@@ -125,7 +125,7 @@ def plan_record_checks(serialized_steps: dict, step_spec: dict) -> _Plan | None:
     return _plan_checks(serialized_steps, step_spec)
 
 
-def _any_per_episode(bad: np.ndarray, counts: np.ndarray) -> np.ndarray:
+def _find_episodes_with(bad: np.ndarray, counts: np.ndarray) -> np.ndarray:
     """Returns, per episode, whether any of its values (`counts[i]` of them, in order) is bad."""
     owner = np.repeat(np.arange(len(counts)), counts)
     return np.bincount(owner, weights=bad, minlength=len(counts)) > 0
@@ -161,12 +161,12 @@ def summarize_records(serialized: list[bytes], plan: _Plan) -> RecordSummary:
     clean[nonempty] &= first[starts] & last[ends]
     clean &= np.bincount(owner, weights=first, minlength=len(lengths)) == 1
     clean &= np.bincount(owner, weights=last, minlength=len(lengths)) == 1
-    clean &= ~_any_per_episode(terminal & ~last, lengths)
+    clean &= ~_find_episodes_with(terminal & ~last, lengths)
     for key in plan.finite:
-        clean &= ~_any_per_episode(~np.isfinite(values[key]), lengths * plan.step_sizes[key])
+        clean &= ~_find_episodes_with(~np.isfinite(values[key]), lengths * plan.step_sizes[key])
     for key in plan.unit_range:
         outside = (values[key] < 0) | (values[key] > 1)
-        clean &= ~_any_per_episode(outside, lengths * plan.step_sizes[key])
+        clean &= ~_find_episodes_with(outside, lengths * plan.step_sizes[key])
     terminated = nothing.copy()
     terminated[nonempty] = terminal[ends]
     return RecordSummary(lengths, clean, terminated & clean)

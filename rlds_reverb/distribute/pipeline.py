@@ -10,11 +10,14 @@ the same index. (A read of the whole split interleaves shards 16 episodes at a t
 the dataset disables shuffling, TFDS' default; its positions are not these indices.)
 
 1. **Count** (parallel by groups of neighbouring shard files, two per worker): each worker
-   reads its group's index range (`builder.info.splits[split].file_instructions`),
-   validates the episodes and counts their items
-   (`rlds_reverb.transform.plans.summarize_episodes`; no rows are built). Invalid episodes
+   scans its group's records (`builder.info.splits[split].file_instructions`) from their
+   bytes in bulk, decoding no step (`record_checks.summarize_records`: step counts and
+   the validation rules), and counts their items from their lengths. Only episodes the
+   scan finds invalid or cannot decide are decoded here (`_count_range`), so a valid
+   episode is decoded once in the whole pipeline, by its writer. Invalid episodes
    raise (`on_invalid='raise'`: before anything is written, as the writers wait for every
-   count) or are counted and dropped (`'skip'`).
+   count) or are counted and dropped (`'skip'`). The Beam counters of what was read come
+   back in `BeamPushResult.reads`.
 2. **Route**: the episodes are cut into one consecutive index range per server by
    `routing.assign_servers` (balanced item counts, a function of the dataset, split, item
    kind and server list only). Only this metadata (index, steps, items) crosses Beam's
