@@ -22,7 +22,7 @@ import reverb
 import tensorflow_datasets as tfds
 import tree
 
-from rlds_reverb.core import errors
+from rlds_reverb.core import errors, types
 from rlds_reverb.distribute import routing
 from rlds_reverb.examples import cartpole
 from rlds_reverb.read.loading import load, open_builder
@@ -422,6 +422,41 @@ def test_beam_decodes_to_count_only_the_invalid_episode(invalid_dir, servers):
     assert (reads.records_scanned, reads.decoded_to_count) == (len(_LENGTHS), 1)
     # A writer whose index range holds the skipped episode decodes it too, and drops it.
     assert len(_LENGTHS) - 1 <= reads.decoded_to_write <= len(_LENGTHS)
+
+
+@pytest.mark.slow
+def test_beam_decodes_image_episodes_to_count_as_the_scan_cannot(tmp_path):
+    # PNG-encoded observations: the bulk scan cannot decide them, so the count stage
+    # decodes every episode (as before), and the writers decode each once more.
+    features = builders.step_features(
+        **{types.OBSERVATION: tfds.features.Image(shape=(4, 4, 3), encoding_format='png')}
+    )
+    lengths = [3, 5, 2, 4, 6, 3]
+    episodes = []
+    for length in lengths:
+        steps = builders.episode(length)
+        steps[types.OBSERVATION] = np.zeros((length, 4, 4, 3), np.uint8)
+        episodes.append({types.STEPS: steps})
+    tfds.dataset_builders.store_as_tfds_dataset(
+        name='images',
+        version='1.0.0',
+        features=features,
+        split_datasets={'train': [(str(i), e) for i, e in enumerate(episodes)]},
+        data_dir=str(tmp_path),
+        disable_shuffling=True,
+    )
+    path = tmp_path / 'images' / '1.0.0'
+    signature = tables.signature_for(items.TwoStep(), load(path))
+    running = [reverb.Server([_fifo_table(signature)]) for _ in range(2)]
+    try:
+        result = pipeline.push_with_beam(path, [f'localhost:{s.port}' for s in running], _TABLE)
+    finally:
+        for server in running:
+            server.stop()
+    assert result.items == sum(n - 1 for n in lengths)
+    assert result.reads == pipeline.ReadCounts(
+        records_scanned=0, decoded_to_count=len(lengths), decoded_to_write=len(lengths)
+    )
 
 
 # --- Faults: a worker killed mid-episode, a server killed and restarted -----------------------
