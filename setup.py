@@ -35,7 +35,7 @@ setuptools.setup(
         'matplotlib',
     ],
     extras_require={
-        'test': ['pytest', 'ruff', 'nbclient', 'nbformat', 'ipykernel', 'hypothesis'],
+        'test': ['pytest', 'ruff', 'mypy', 'nbclient', 'nbformat', 'ipykernel', 'hypothesis'],
         # Ingestion on Apache Beam (rlds_reverb.distribute); `make test` installs it.
         'beam': ['apache-beam'],
     },

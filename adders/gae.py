@@ -29,6 +29,12 @@ import tensorflow as tf
 from adders import _broadcast, _episode, _recurrence
 from rlds_reverb.core import checks, episodes, types
 
+__all__ = [
+    'ValueFn',
+    'add_gae_fields',
+    'gae',
+]
+
 ValueFn = Callable[[types.Nest], types.Nest]
 
 

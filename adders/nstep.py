@@ -23,6 +23,11 @@ import tensorflow as tf
 from adders import _broadcast, _episode
 from rlds_reverb.core import checks, episodes, types
 
+__all__ = [
+    'add_n_step_fields',
+    'n_step',
+]
+
 _ADDED_FIELDS = (
     types.N_STEP_RETURN,
     types.N_STEP_DISCOUNT,

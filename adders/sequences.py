@@ -42,6 +42,10 @@ import tensorflow as tf
 from adders import _episode
 from rlds_reverb.core import checks, episodes, types
 
+__all__ = [
+    'sequences',
+]
+
 
 def sequences(
     length: int,

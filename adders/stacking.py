@@ -14,6 +14,11 @@ import tensorflow as tf
 from adders import _episode
 from rlds_reverb.core import checks, types
 
+__all__ = [
+    'stack_frames',
+    'stack_observations',
+]
+
 
 def stack_frames(k: int, *, episodes_per_call: int = 1):
     """Returns a transform replacing each observation with the stack of the last k.

@@ -21,6 +21,11 @@ from tf_agents.trajectories import time_step as ts
 from adders import _episode
 from rlds_reverb.core import types
 
+__all__ = [
+    'make_n_step_transitions',
+    'to_dqn_transitions',
+]
+
 _NEEDED = (
     types.OBSERVATION,
     types.ACTION,

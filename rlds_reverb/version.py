@@ -1,3 +1,7 @@
 """The package version, in one place."""
 
-__version__ = '0.1.0'
+__all__ = [
+    '__version__',
+]
+
+__version__ = '0.2.0'

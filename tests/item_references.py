@@ -2,7 +2,7 @@
 
 `reference_items(kind, episodes)` follows the item tables of README "Push into Reverb" and
 docs/semantics.md §3-§6 one Python step at a time (the n-step and window maths are
-`tests/test_adders_properties.py`'s references). Items are compared by *origin*: the
+`tests/adders/test_adders_properties.py`'s references). Items are compared by *origin*: the
 episode and step their first row comes from, read from `observation/state` = [e, t, ...]
 (`tests/users_data.py`), so `assert_same_items` shows every missing, extra and duplicated
 item, whatever order the table holds them in.
@@ -19,7 +19,7 @@ import tree
 from rlds_reverb.core import types
 from rlds_reverb.transform import items as items_lib
 from tests import users_data
-from tests.test_adders_properties import _window, reference_n_step, reference_sequences
+from tests.adders.test_adders_properties import _window, reference_n_step, reference_sequences
 
 FIRST, MID, LAST = 0, 1, 2
 

@@ -12,7 +12,7 @@ step count.
 This answers one question: is every episode valid, and if so how many steps, terminated
 and truncated episodes are there? When any episode breaks a rule, or anything cannot be
 decided here (a record that does not parse, an encoded feature), the answer is None and
-`validate` walks the dataset as usual to name every problem. `tests/test_record_checks.py`
+`validate` walks the dataset as usual to name every problem. `tests/check/test_record_checks.py`
 checks that both agree on valid and invalid datasets.
 """
 
@@ -28,6 +28,11 @@ from tensorflow_datasets.core import example_parser
 
 from rlds_reverb.core import types
 from rlds_reverb.read import records
+
+__all__ = [
+    'EpisodeCounts',
+    'count_valid_episodes',
+]
 
 # Records parsed per batch: enough that the parser's per-call cost vanishes, few enough
 # that memory stays flat in the dataset's size.

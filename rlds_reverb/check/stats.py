@@ -2,51 +2,18 @@
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import tensorflow as tf
 import tree
 
+from rlds_reverb.check.summary import DatasetStats
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import specs, types
 
-
-@dataclasses.dataclass
-class DatasetStats:
-    """What `describe_dataset` found."""
-
-    episodes: int
-    steps: int
-    terminated: int
-    truncated: int
-    unfinished: int
-    lengths: np.ndarray
-    returns: np.ndarray
-    step_spec: dict
-
-    def format(self) -> str:
-        """Returns a human-readable summary."""
-        lines = [
-            f'episodes: {self.episodes}',
-            f'steps: {self.steps}',
-            f'terminated: {self.terminated}  truncated: {self.truncated}'
-            + (f'  without is_last: {self.unfinished}' if self.unfinished else ''),
-        ]
-        if self.episodes:
-            lines.append(
-                f'episode length: mean {self.lengths.mean():.1f}, min {self.lengths.min()}, '
-                f'max {self.lengths.max()}'
-            )
-            lines.append(
-                f'return: mean {self.returns.mean():.3f}, std {self.returns.std():.3f}, '
-                f'min {self.returns.min():.3f}, max {self.returns.max():.3f}'
-            )
-        lines.append('step spec:')
-        for path, spec in tree.flatten_with_path(self.step_spec):
-            name = '.'.join(map(str, path))
-            lines.append(f'  {name}: {spec.dtype.name}{list(spec.shape)}')
-        return '\n'.join(lines)
+__all__ = [
+    'DatasetStats',
+    'describe_dataset',
+]
 
 
 def _summarize_episode(steps: types.Nest) -> dict[str, tf.Tensor]:

@@ -32,6 +32,13 @@ from rlds_reverb.core import specs, types
 from rlds_reverb.core.errors import InvalidEpisodeError, SpecMismatchError
 from rlds_reverb.read import records
 
+__all__ = [
+    'Problem',
+    'Rule',
+    'ValidationReport',
+    'validate',
+]
+
 # How many step indices a problem lists before it says "and N more".
 _SHOWN_STEPS = 5
 # How TF's example parser names the field it failed on.

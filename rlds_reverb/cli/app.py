@@ -96,10 +96,23 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _exit_code(error: BaseException) -> int:
-    import tensorflow as tf
+def _is_reported(error: BaseException) -> bool:
+    """Whether `error` is one a command reports in one line (else it propagates)."""
+    if isinstance(error, OSError | ValueError):
+        return True
+    # Our errors and TF's exist only once a command imported them (`info` may never do).
+    errors = sys.modules.get('rlds_reverb.core.errors')
+    tf = sys.modules.get('tensorflow')
+    return (errors is not None and isinstance(error, errors.RldsReverbError)) or (
+        tf is not None and isinstance(error, tf.errors.OpError)
+    )
 
-    return EXIT_INVALID_DATA if isinstance(error, tf.errors.InvalidArgumentError) else EXIT_ERROR
+
+def _exit_code(error: BaseException) -> int:
+    tf = sys.modules.get('tensorflow')
+    if tf is not None and isinstance(error, tf.errors.InvalidArgumentError):
+        return EXIT_INVALID_DATA
+    return EXIT_ERROR
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -121,16 +134,15 @@ def main(argv: Sequence[str] | None = None) -> int:
         if not getattr(args, 'accepts_unknown_arguments', False):
             parser.parse_args(argv)  # Exits with argparse's usual error.
         args.beam_args = unknown
-    # Only now: `--help` and usage errors answer without loading TensorFlow.
-    import tensorflow as tf
-
-    from rlds_reverb.core import errors, files
+    # Commands import TensorFlow when they need it: `--help`, usage errors and `info` on a
+    # TFDS directory answer without it.
+    from rlds_reverb.core import files
 
     caller_umask = os.umask(files.read_umask() | stat.S_IWOTH)
     try:
         return args.handler(args)
-    except (errors.RldsReverbError, tf.errors.OpError, OSError, ValueError) as error:
-        if args.debug:
+    except Exception as error:
+        if args.debug or not _is_reported(error):
             raise
         print(f'rlds-reverb {args.command}: error: {error}', file=sys.stderr)
         return _exit_code(error)

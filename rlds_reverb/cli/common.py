@@ -5,6 +5,13 @@ from __future__ import annotations
 import argparse
 import sys
 
+__all__ = [
+    'EXIT_ERROR',
+    'EXIT_INTERRUPTED',
+    'EXIT_INVALID_DATA',
+    'EXIT_OK',
+]
+
 # Exit codes.
 EXIT_OK = 0
 EXIT_INVALID_DATA = 1

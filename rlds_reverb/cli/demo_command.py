@@ -6,6 +6,10 @@ import argparse
 
 from rlds_reverb.cli import common
 
+__all__ = [
+    'add_demo_parser',
+]
+
 
 def _run_demo(args: argparse.Namespace) -> int:
     from rlds_reverb.examples import demo

@@ -17,6 +17,11 @@ import argparse
 
 from rlds_reverb.cli import common
 
+__all__ = [
+    'add_export_parser',
+    'add_record_parser',
+]
+
 
 def _export(args: argparse.Namespace) -> int:
     from rlds_reverb.export import reverb_export

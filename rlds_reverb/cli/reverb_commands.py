@@ -36,6 +36,11 @@ import threading
 
 from rlds_reverb.cli import common
 
+__all__ = [
+    'add_push_parser',
+    'add_serve_parser',
+]
+
 # The library modules (and TensorFlow) are imported inside the functions, so that importing
 # the command line stays cheap and `rlds-reverb` can quiet TensorFlow before it loads.
 

@@ -10,6 +10,9 @@ import math
 import numbers
 from typing import Any
 
+# Helpers of the package's other modules only: nothing here is public API.
+__all__: list[str] = []
+
 
 def check_int_at_least(
     value: Any, minimum: int, *, argument: str, error: type[Exception] = ValueError

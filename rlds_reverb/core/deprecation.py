@@ -20,6 +20,12 @@ import sys
 import types
 import warnings
 
+__all__ = [
+    'MOVED_MODULES',
+    'PUBLIC_ALIASES',
+    'REMOVED_IN',
+]
+
 REMOVED_IN = '0.3'
 
 _WRITE_PUSH = 'rlds_reverb.write.push'

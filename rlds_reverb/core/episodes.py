@@ -14,6 +14,14 @@ import tensorflow as tf
 
 from rlds_reverb.core import types
 
+__all__ = [
+    'batch_steps',
+    'compute_terminal_discounts',
+    'episode_length',
+    'to_episode_tensors',
+    'to_rlds_episodes',
+]
+
 # tf.data's batch size for "the whole episode": larger than any episode.
 _WHOLE_EPISODE = 2**31 - 1
 

@@ -7,6 +7,25 @@ from typing import Any
 
 import tensorflow as tf
 
+__all__ = [
+    'CheckpointError',
+    'DistributedPushError',
+    'EmptyTableError',
+    'EpisodeTooLongError',
+    'ExportError',
+    'InvalidEpisodeError',
+    'PushError',
+    'ResumeError',
+    'ReverbConnectionError',
+    'ReverbTimeoutError',
+    'RldsReverbError',
+    'SourceError',
+    'SourceNotFoundError',
+    'SpecMismatchError',
+    'TableError',
+    'TableTooSmallError',
+]
+
 
 class RldsReverbError(Exception):
     """Base class of every error this toolkit raises on purpose."""
@@ -85,6 +104,20 @@ class TableTooSmallError(TableError, PushError):
 
 class EpisodeTooLongError(PushError, ValueError):
     """An episode is longer than the item kind allows (for example `Episode(max_length)`)."""
+
+
+class ResumeError(PushError):
+    """A table holds part of an episode, so no episode index resumes it exactly.
+
+    Raised by `rlds_reverb.write.resume` (which keeps the name).
+    """
+
+
+class DistributedPushError(PushError):
+    """The Beam pipeline failed; the message names the cause and what each server holds.
+
+    Raised by `rlds_reverb.distribute.pipeline` (which keeps the name).
+    """
 
 
 class EmptyTableError(ReverbTimeoutError):

@@ -19,6 +19,9 @@ import os
 import pathlib
 import stat
 
+# Helpers of the package's other modules only: nothing here is public API.
+__all__: list[str] = []
+
 PRIVATE_DIR_MODE = 0o700
 # mkdir applies the umask on top of this: the user's choice, minus world-write.
 _SHARED_DIR_MODE = 0o775

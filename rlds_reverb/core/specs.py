@@ -16,6 +16,13 @@ if TYPE_CHECKING:
 from rlds_reverb.core import types
 from rlds_reverb.core.errors import RldsReverbError, SourceError, SpecMismatchError
 
+__all__ = [
+    'PolicyInfoFn',
+    'create_trajectory_data_spec',
+    'get_rlds_step_features',
+    'get_step_spec',
+]
+
 PolicyInfoFn = Callable[[types.Step, types.Step], types.Nest] | None
 
 

@@ -20,7 +20,44 @@ from rlds_reverb.core import deprecation
 if TYPE_CHECKING:
     import tensorflow as tf
 
-# RLDS' own names (the values of `rlds.STEPS`... , checked by tests/test_types.py), spelled
+__all__ = [
+    'ACTION',
+    'ADVANTAGE',
+    'DATA_VERSION',
+    'DISCOUNT',
+    'EPISODE_ID',
+    'EPISODE_INDEX',
+    'EndBehavior',
+    'Episode',
+    'EpisodeOverflow',
+    'ExtraFields',
+    'FLAG_FIELDS',
+    'IS_BURN_IN',
+    'IS_FIRST',
+    'IS_LAST',
+    'IS_TERMINAL',
+    'ItemName',
+    'MASK',
+    'NEXT_OBSERVATION',
+    'N_STEP_DISCOUNT',
+    'N_STEP_LENGTH',
+    'N_STEP_RETURN',
+    'Nest',
+    'OBSERVATION',
+    'POLICY_INFO',
+    'REQUIRED_STEP_FIELDS',
+    'RETURN',
+    'REWARD',
+    'STEPS',
+    'STEP_INDEX',
+    'SpecNest',
+    'Step',
+    'TablePreset',
+    'VALUE',
+    'ValidationMode',
+]
+
+# RLDS' own names (the values of `rlds.STEPS`... , checked by tests/system/test_startup.py), spelled
 # out so that this module, and the command line's parser which needs its enums, load
 # without importing RLDS and TensorFlow.
 STEPS: str = 'steps'

@@ -77,6 +77,14 @@ from rlds_reverb.transform.plans import PriorityFn, make_episode_plans, summariz
 from rlds_reverb.write import engines, resume
 from rlds_reverb.write import push as push_lib
 
+__all__ = [
+    'BeamPushResult',
+    'DistributedPushError',
+    'ProgressFn',
+    'ServerCounts',
+    'push_with_beam',
+]
+
 ProgressFn = Callable[[int], None]
 
 # What a worker's error starts with, so that the driver finds it in the runner's traceback.
@@ -97,8 +105,8 @@ _DECODED_TO_COUNT = 'episodes_decoded_to_count'
 _DECODED_TO_WRITE = 'episodes_decoded_to_write'
 
 
-class DistributedPushError(errors.PushError):
-    """The Beam pipeline failed; the message names the cause and what each server holds."""
+# Defined with the package's other errors; the name stays importable from here.
+DistributedPushError = errors.DistributedPushError
 
 
 @dataclasses.dataclass(frozen=True)

@@ -27,6 +27,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
+# Helpers of the package's other modules only: nothing here is public API.
+__all__: list[str] = []
+
 
 @dataclasses.dataclass(frozen=True)
 class ShardRange:

@@ -41,6 +41,25 @@ import tensorflow_datasets as tfds
 from rlds_reverb.core import files, types
 from rlds_reverb.storage import tfds_writer
 
+__all__ = [
+    'DATA_DIR_ENV',
+    'DEFAULT_NUM_EPISODES',
+    'DEFAULT_RANDOM_ACTION_FRACTION',
+    'ENV_ID',
+    'EPISODE_RETURN',
+    'NAME',
+    'RANDOM_ACTION_FRACTION',
+    'VERSION',
+    'dataset_dir',
+    'default_data_dir',
+    'ensure_default_dataset',
+    'generate',
+    'is_complete',
+    'make_features',
+    'read_stats',
+    'simulate_episodes',
+]
+
 NAME = 'cartpole_v1'
 VERSION = '1.0.0'
 ENV_ID = 'CartPole-v1'

@@ -24,6 +24,14 @@ from rlds_reverb.examples import cartpole
 from rlds_reverb.export import gym_envs
 from rlds_reverb.export import recorder as recorder_lib
 
+__all__ = [
+    'PolicyName',
+    'SCORE',
+    'ScriptedCartPolePolicy',
+    'make_policy',
+    'record_episodes',
+]
+
 SCORE = 'score'  # The scripted controller's policy info: the score it thresholds.
 
 

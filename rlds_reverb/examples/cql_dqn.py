@@ -41,6 +41,19 @@ from adders import transitions
 from rlds_reverb.core import types
 from rlds_reverb.learn import sampling
 
+__all__ = [
+    'CqlDqnAgent',
+    'LearnerConfig',
+    'TrainHistory',
+    'build_agent',
+    'evaluate_policy',
+    'items_to_transitions',
+    'make_eval_env',
+    'make_train_step',
+    'record_priorities',
+    'train',
+]
+
 
 @dataclasses.dataclass(frozen=True)
 class LearnerConfig:

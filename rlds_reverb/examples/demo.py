@@ -45,6 +45,24 @@ from rlds_reverb.serve import tables
 from rlds_reverb.transform import items
 from rlds_reverb.write import seed
 
+__all__ = [
+    'DEFAULT_OUTPUT_DIR',
+    'ENV_NAME',
+    'FINAL_EVAL_EPISODES',
+    'PLOT_NAME',
+    'QUICK_EVAL_INTERVAL',
+    'QUICK_ITERATIONS',
+    'SUMMARY_NAME',
+    'TABLE',
+    'compute_behaviour_return',
+    'make_action_spec',
+    'make_config',
+    'make_learner_dataset',
+    'run_demo',
+    'seed_table',
+    'seed_tables',
+]
+
 TABLE = 'replay'
 ENV_NAME = 'CartPole-v1'
 FINAL_EVAL_EPISODES = 10

@@ -7,6 +7,10 @@ import numpy as np
 from rlds_reverb.core import files
 from rlds_reverb.examples.cql_dqn import TrainHistory
 
+__all__ = [
+    'plot_training',
+]
+
 
 def plot_training(
     history: TrainHistory, *, behaviour_return: float, path, title: str = 'Offline CQL-DQN'

@@ -15,6 +15,10 @@ import tensorflow as tf
 
 from rlds_reverb.core import types
 
+__all__ = [
+    'make_synthetic_episodes',
+]
+
 _MAX_OBSERVATION_BYTES = 64 * 2**20
 
 

@@ -18,6 +18,11 @@ from tf_agents.environments import gym_wrapper, py_environment, suite_gym, wrapp
 
 from rlds_reverb.core import checks
 
+__all__ = [
+    'GymTimeLimitTruncation',
+    'load_gym_env',
+]
+
 GYM_TRUNCATED = 'TimeLimit.truncated'  # Gym's info key: its TimeLimit ended an episode.
 
 

@@ -42,6 +42,11 @@ import tree
 from rlds_reverb.core import types
 from rlds_reverb.storage import tfds_writer
 
+__all__ = [
+    'RecordStats',
+    'RldsRecorder',
+]
+
 # TF-Agents' StepType values.
 _FIRST, _LAST = 0, 2
 _POLICY_INFO = types.POLICY_INFO

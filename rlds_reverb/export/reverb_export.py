@@ -56,6 +56,14 @@ from rlds_reverb.export import table_copy
 from rlds_reverb.storage import tfds_writer
 from rlds_reverb.transform import items as items_lib
 
+__all__ = [
+    'DEFAULT_BATCH_ITEMS',
+    'ExportKind',
+    'ExportStats',
+    'ProgressFn',
+    'export_table',
+]
+
 ProgressFn = Callable[[int, int], None]
 
 # TF-Agents' StepType values.

@@ -38,6 +38,9 @@ from rlds_reverb.core import files
 from rlds_reverb.core.errors import ExportError
 from rlds_reverb.serve import checkpoints, table_info
 
+# Helpers of the package's other modules only: nothing here is public API.
+__all__: list[str] = []
+
 _COMPRESSION = 'ZLIB'
 _TABLES_FILE = 'tables.tfrecord'
 _ITEMS_FILE = 'items.tfrecord'

@@ -23,6 +23,14 @@ from collections.abc import Callable
 import reverb
 import tensorflow as tf
 
+__all__ = [
+    'Beta',
+    'compute_importance_weights',
+    'compute_priorities',
+    'linear_beta_schedule',
+    'update_priorities',
+]
+
 # A β: a Python float, a variable holding β, or a zero-argument callable returning β
 # (typically a schedule closed over a step variable, see `linear_beta_schedule`).
 Beta = float | tf.Variable | Callable[[], tf.Tensor]

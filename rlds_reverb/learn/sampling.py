@@ -62,6 +62,16 @@ from rlds_reverb.core.errors import EmptyTableError, TableError
 from rlds_reverb.learn import priorities
 from rlds_reverb.serve import table_info
 
+__all__ = [
+    'DEFAULT_ITERATORS_PER_STREAM',
+    'DEFAULT_SERVER_INFO_TIMEOUT_S',
+    'DEFAULT_WORKERS_PER_ITERATOR',
+    'ExperienceFn',
+    'LearnerDataset',
+    'SampleBatch',
+    'StalenessFilter',
+]
+
 # Maps a batch of items (leaves `[B, ...]`) to the experience the agent trains on.
 ExperienceFn = Callable[[types.Nest], types.Nest]
 

@@ -69,6 +69,12 @@ from rlds_reverb.core.specs import get_step_spec
 from rlds_reverb.read import records
 from rlds_reverb.storage import tfds_writer
 
+__all__ = [
+    'CheckFiles',
+    'Source',
+    'load',
+]
+
 _LOGGER = logging.getLogger(__name__)
 _DATASET_INFO = 'dataset_info.json'
 _FEATURES = 'features.json'

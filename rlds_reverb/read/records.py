@@ -32,6 +32,9 @@ from tensorflow_datasets.core import example_parser
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import types
 
+# Helpers of the package's other modules only: nothing here is public API.
+__all__: list[str] = []
+
 # TFDS' default interleave of shards (`tfds.ReadConfig`): 16 shards at a time, 16 records
 # from each in turn; 1 shard at a time when the dataset's order is fixed.
 _CYCLE_LENGTH = 16

@@ -34,6 +34,13 @@ from rlds_reverb.core import files
 from rlds_reverb.core.errors import CheckpointError
 from rlds_reverb.serve import table_info
 
+__all__ = [
+    'checkpoint_server',
+    'find_latest_checkpoint',
+    'read_table_checkpoints',
+    'reset_rate_limiters',
+]
+
 # Reverb marks a complete checkpoint with this file in the checkpoint's directory.
 _DONE_FILE = 'DONE'
 _TABLES_FILE = 'tables.tfrecord'

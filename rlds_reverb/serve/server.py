@@ -18,6 +18,10 @@ import reverb
 from rlds_reverb.core import files
 from rlds_reverb.serve import checkpoints
 
+__all__ = [
+    'start_server',
+]
+
 
 def start_server(
     server_tables: list[reverb.Table],

@@ -25,6 +25,19 @@ import reverb
 from rlds_reverb.core import specs, types
 from rlds_reverb.core.errors import ReverbConnectionError, TableError
 
+__all__ = [
+    'CONNECT_TIMEOUT_MS',
+    'TableInfo',
+    'check_signature',
+    'connect',
+    'count_free_slots',
+    'count_inserted',
+    'fetch_server_info',
+    'fetch_table_info',
+    'fetch_tables_info',
+    'probe_server',
+]
+
 TableInfo = reverb.reverb_types.TableInfo
 
 # How long a server may take to accept a connection before it is named unreachable: a

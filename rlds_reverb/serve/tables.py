@@ -19,6 +19,16 @@ from rlds_reverb.core.specs import PolicyInfoFn
 from rlds_reverb.transform import carry
 from rlds_reverb.transform import items as items_lib
 
+__all__ = [
+    'TablePreset',
+    'fifo_queue',
+    'make_rate_limiter',
+    'make_table',
+    'prioritized',
+    'signature_for',
+    'uniform',
+]
+
 # 0.1 had the table lookups here; they live in `rlds_reverb.serve.table_info` now.
 __getattr__ = deprecation.make_moved_getattr(
     __name__,

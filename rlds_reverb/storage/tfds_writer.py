@@ -34,6 +34,13 @@ import tensorflow_datasets as tfds
 
 from rlds_reverb.core import files, types
 
+__all__ = [
+    'RldsDatasetWriter',
+    'SPLIT',
+    'make_rlds_features',
+    'write_rlds_dataset',
+]
+
 SPLIT = 'train'
 FILE_FORMAT = 'tfrecord'
 # Bytes TFRecord adds around each record: length (8), length CRC (4), data CRC (4).

@@ -18,6 +18,11 @@ import tensorflow as tf
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import types
 
+__all__ = [
+    'ID_FIELDS',
+    'carry_episode_fields',
+]
+
 ID_FIELDS: tuple[str, ...] = (types.EPISODE_ID, types.STEP_INDEX)
 
 

@@ -34,6 +34,11 @@ from rlds_reverb.core import checks, specs, types
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core.specs import PolicyInfoFn
 
+__all__ = [
+    'convert_episodes_to_trajectories',
+    'convert_rlds_to_trajectories',
+]
+
 _EPISODES_AHEAD = 4
 
 

@@ -48,6 +48,17 @@ from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core.specs import PolicyInfoFn
 from rlds_reverb.transform import convert
 
+__all__ = [
+    'Episode',
+    'EpisodeOverflow',
+    'ItemKind',
+    'ItemName',
+    'NStep',
+    'Sequence',
+    'TwoStep',
+    'parse_item',
+]
+
 # Defined with the vocabulary, so that the command line's parser loads without TensorFlow.
 EpisodeOverflow = types.EpisodeOverflow
 ItemName = types.ItemName

@@ -19,6 +19,14 @@ from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import specs, types
 from rlds_reverb.transform import items as items_lib
 
+__all__ = [
+    'EpisodePlan',
+    'PriorityFn',
+    'count_items',
+    'count_items_per_episode',
+    'make_episode_plans',
+]
+
 PriorityFn = Callable[[types.Nest], tf.Tensor]
 
 

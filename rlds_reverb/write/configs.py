@@ -16,6 +16,9 @@ from reverb import structured_writer as sw
 
 from rlds_reverb.transform import items as items_lib
 
+# Helpers of the package's other modules only: nothing here is public API.
+__all__: list[str] = []
+
 # Rows every column keeps, so that Reverb's auto-tuned chunker may grow chunks that long.
 # A writer's chunks are at most as long as its columns' history (2 rows for two-step
 # items), and every sample unpacks one chunk per column per row range: with room for 32

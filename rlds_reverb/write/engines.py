@@ -44,6 +44,14 @@ from rlds_reverb.transform import items as items_lib
 from rlds_reverb.transform.plans import EpisodePlan
 from rlds_reverb.write import configs as configs_lib
 
+__all__ = [
+    'EngineKind',
+    'StructuredEngine',
+    'TrajectoryEngine',
+    'WriterEngine',
+    'make_engine',
+]
+
 
 class EngineKind(enum.Enum):
     """Which Reverb writer a push uses.

@@ -31,6 +31,11 @@ from tf_agents.trajectories import trajectory as trajectory_lib
 from rlds_reverb.serve import table_info
 from rlds_reverb.write import configs, engines
 
+__all__ = [
+    'ReverbAddEpisodeObserver',
+    'ReverbAddTrajectoryObserver',
+]
+
 # How long `get_table_signature` waits for a live server (TF-Agents' waits forever).
 _SERVER_INFO_TIMEOUT_MS = 60_000
 

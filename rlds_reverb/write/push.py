@@ -37,6 +37,15 @@ from rlds_reverb.transform import items as items_lib
 from rlds_reverb.transform.plans import EpisodePlan, PriorityFn, make_episode_plans
 from rlds_reverb.write import engines, observers
 
+__all__ = [
+    'DEFAULT_MAX_IN_FLIGHT_ITEMS',
+    'DEFAULT_TIMEOUT_MS',
+    'ProgressFn',
+    'PushStats',
+    'push',
+    'push_rlds_to_reverb',
+]
+
 ProgressFn = Callable[[int, int], None]
 
 DEFAULT_TIMEOUT_MS = 60_000

@@ -47,8 +47,8 @@ __all__ = [
 ]
 
 
-class ResumeError(errors.PushError):
-    """A table holds part of an episode, so no episode index resumes it exactly."""
+# Defined with the package's other errors; the name stays importable from here.
+ResumeError = errors.ResumeError
 
 
 def count_inserted(

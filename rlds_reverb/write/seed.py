@@ -22,6 +22,12 @@ from rlds_reverb.transform import items as items_lib
 from rlds_reverb.transform import plans
 from rlds_reverb.write import push as push_lib
 
+__all__ = [
+    'SeedOutcome',
+    'SeedResult',
+    'seed_server',
+]
+
 
 class SeedOutcome(enum.Enum):
     """Whether a seeded server's tables were pushed from the dataset or restored."""

@@ -281,7 +281,7 @@ CASES = [
 ]
 
 # TF-Agents' converter gets these right; on the others it differs on purpose (see
-# tests/test_convert.py and tests/test_tf_agents_contract.py): it keeps a data discount of
+# transform/test_convert.py and system/test_tf_agents_contract.py): it keeps a data discount of
 # the transition into a terminal step (complete_episode, several_episodes_in_one_stream,
 # three_episodes, discount_contradicts_terminal_flag, and the terminated dict, extras and
 # float64 cases), copies a dict observation's pair into both trajectories, drops extra step

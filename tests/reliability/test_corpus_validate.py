@@ -20,7 +20,7 @@ def _validate(build, variant, mode):
 
 @pytest.mark.parametrize('variant', _DATA, ids=corpus.variant_id)
 def test_skip_mode_names_each_fault_and_counts_exactly_the_valid_episodes(build, variant):
-    # 'skip' and 'report' walk the whole dataset alike (tests/test_validate.py covers both).
+    # 'skip' and 'report' walk the whole dataset alike (tests/check/test_validate.py covers both).
     report = _validate(build, variant, 'skip')
     found = {(p.episode, p.step, p.field, p.rule.rule_id) for p in report.problems}
     assert {(f.episode, f.step, f.field, f.rule) for f in variant.faults} <= found

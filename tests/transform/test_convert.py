@@ -1,7 +1,7 @@
 """The two-step converter against the hand-computed cases, a NumPy reference and TF-Agents.
 
 `tests/cases/two_step_cases.py` runs through our converter and, where TF-Agents is right,
-through TF-Agents' own; `tests/test_writers.py` runs the same table through `push`.
+through TF-Agents' own; `tests/write/test_push.py` runs the same table through `push`.
 """
 
 import numpy as np

@@ -4,7 +4,7 @@ The datasets are written by TFDS's own writer with its defaults: episodes shuffl
 hash, 100 to 125 episodes per shard, read back with shards interleaved 16 at a time;
 lengths 1 to 1,000, both endings, dict observations, uint8 images, strings and episode
 metadata. Each check compares with what TFDS itself reads or with the plain NumPy
-references of `tests/item_references.py` and `tests/test_adders_properties.py`.
+references of `tests/item_references.py` and `tests/adders/test_adders_properties.py`.
 """
 
 from __future__ import annotations
@@ -25,8 +25,8 @@ from rlds_reverb.serve import tables
 from rlds_reverb.transform import items
 from tests import item_references as refs
 from tests import reverb_tables, users_data
+from tests.adders.test_adders_properties import reference_gae, reference_n_step, reference_stack
 from tests.conftest import USERS_PLAIN_SPEC, USERS_SPEC
-from tests.test_adders_properties import reference_gae, reference_n_step, reference_stack
 
 _SPECS = {'users': USERS_SPEC, 'users_plain': USERS_PLAIN_SPEC}
 # Every kind of item, each in its own table of the module's server.

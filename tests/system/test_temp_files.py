@@ -2,7 +2,7 @@
 
 Each test points `tempfile.tempdir` at an empty folder, runs entry points in this process and
 checks that the folder is empty afterwards. The Beam pipeline has its own test
-(`tests/test_distribute.py::test_a_push_leaves_nothing_in_the_temp_dir`).
+(`tests/distribute/test_beam.py::test_a_push_leaves_nothing_in_the_temp_dir`).
 """
 
 from __future__ import annotations

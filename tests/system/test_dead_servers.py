@@ -1,4 +1,4 @@
-"""Dead servers: every entry point names an address where nothing answers within 5 s.
+"""Dead servers: every entry point names an address where nothing answers, at once.
 
 Each case calls one entry point with its default timeouts (60 s for a push) on a port
 where nothing listens (a port bound and closed again), and checks that the error names
@@ -28,7 +28,8 @@ from rlds_reverb.write import push as writers
 from tests import builders
 
 _TABLE = 'replay'
-_NAMED_WITHIN_S = 5.0
+# The defect took 33 to 66 s; 15 s leaves room for a loaded host (2 cores, 8 test runs).
+_NAMED_WITHIN_S = 15.0
 _NAMED = 'No Reverb server answered at {address} within 3 s'
 
 
@@ -109,7 +110,7 @@ def _observer_signature(source, address):
         _observer_signature,
     ],
 )
-def test_every_entry_point_names_a_dead_server_within_5_s(entry_point, source, dead_address):
+def test_every_entry_point_names_a_dead_server_at_once(entry_point, source, dead_address):
     started = time.monotonic()
     with pytest.raises(errors.ReverbConnectionError) as info:
         entry_point(source, dead_address)
@@ -140,7 +141,7 @@ def test_every_entry_point_names_a_dead_server_within_5_s(entry_point, source, d
     ],
     ids=['push', 'push-resume', 'push-checkpoint-every', 'export'],
 )
-def test_every_command_names_a_dead_server_within_5_s(argv, source, dead_address, run_cli):
+def test_every_command_names_a_dead_server_at_once(argv, source, dead_address, run_cli):
     root = source.parent.parent
     fill = dict(source=source, address=dead_address, out=root / 'cli_out', checkpoints=root)
     started = time.monotonic()

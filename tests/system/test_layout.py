@@ -11,7 +11,7 @@ import pathlib
 
 import pytest
 
-_ROOT = pathlib.Path(__file__).resolve().parent.parent
+_ROOT = pathlib.Path(__file__).resolve().parents[2]
 _LAYERS = (
     'core',
     'storage',

@@ -1,7 +1,7 @@
 """The adders against the hand-computed case tables of `tests/cases`.
 
 N-step (`n_step_cases.py`) and sequence (`sequence_cases.py`) tables are shared with the
-Reverb items (`tests/test_writers.py` pushes them); GAE and frame stacking
+Reverb items (`tests/write/test_push.py` pushes them); GAE and frame stacking
 (`adders_cases.py`) are adders-only. Cases alternate between the dataset forms (RLDS
 episodes, whole-episode tensors) and one or several episodes per TF call, which must give
 the same numbers; the property tests run every form on random episodes. (One form per case

@@ -9,7 +9,7 @@ import pytest
 
 pytestmark = pytest.mark.slow  # Each notebook starts a kernel and runs end to end (13-65 s).
 
-_NOTEBOOKS = sorted((pathlib.Path(__file__).parent.parent / 'notebooks').glob('*.ipynb'))
+_NOTEBOOKS = sorted((pathlib.Path(__file__).parents[2] / 'notebooks').glob('*.ipynb'))
 
 
 @pytest.mark.parametrize('path', _NOTEBOOKS, ids=lambda p: p.name)

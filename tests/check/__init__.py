@@ -1,0 +1,1 @@
+"""Tests of `rlds_reverb.check`: validation rules, bulk record checks."""

@@ -1,0 +1,1 @@
+"""Tests of `rlds_reverb.distribute`: the Beam pipeline into several servers."""

@@ -1,0 +1,1 @@
+"""Tests of `rlds_reverb.learn`: learner datasets, importance weights, priorities."""

@@ -1,0 +1,1 @@
+"""Tests of `rlds_reverb.read`: opening RLDS datasets, whole-episode reading."""

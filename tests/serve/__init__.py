@@ -1,0 +1,1 @@
+"""Tests of `rlds_reverb.serve`: table presets, servers, seeding and checkpoints."""

@@ -1,0 +1,94 @@
+"""Typed use of the public API: `make lint` type-checks this file with mypy (mypy.ini).
+
+Never run, only checked: it holds what a user writes, so that the names resolve through
+`import rlds_reverb` for type checkers and IDEs (not only through the lazy `__getattr__`)
+and their types are the real ones. The `# type: ignore[...]` lines are mistakes the checker
+must catch; `warn_unused_ignores` fails the check when one stops being caught (for example
+when a name degrades to `Any`).
+"""
+
+from __future__ import annotations
+
+import adders
+import rlds_reverb
+from rlds_reverb import checkpoints, items, observers, priorities, sampling, tables
+
+
+def push_two_ways(address: str, observer: observers.ReverbAddTrajectoryObserver) -> int:
+    """Loads a dataset, validates it and pushes it: the README's quick start, typed."""
+    episodes = rlds_reverb.load('/data/cartpole', split='train[:10]')
+    report: rlds_reverb.ValidationReport = rlds_reverb.validate(episodes, on_invalid='skip')
+    if not report.ok:
+        print(report.format())
+    stats: rlds_reverb.PushStats = rlds_reverb.push(
+        episodes, address, 'replay', item=rlds_reverb.items.TwoStep(), priority=1.0
+    )
+    stats = stats.merge(rlds_reverb.push(episodes, address, ['a', 'b'], item=items.NStep(3, 0.99)))
+    rlds_reverb.push_rlds_to_reverb(episodes, observer)
+    wrong: int = rlds_reverb.push(episodes, address, 'replay')  # type: ignore[assignment]
+    del wrong
+    return stats.episodes + sum(stats.items.values())
+
+
+def name_item_kinds() -> list[items.ItemKind]:
+    """Every item kind, from the short module name and through the package."""
+    return [
+        items.TwoStep(),
+        items.NStep(3, 0.99),
+        rlds_reverb.items.Sequence(40, 20, end='pad'),
+        items.Episode(1000, overflow=items.EpisodeOverflow.SPLIT),
+    ]
+
+
+def make_tables() -> list[object]:
+    """Table presets from `rlds_reverb.tables`."""
+    return [
+        tables.uniform('replay', max_size=1000),
+        tables.prioritized('prioritized', priority_exponent=0.6, max_size=1000),
+        tables.fifo_queue('queue', max_size=100),
+    ]
+
+
+def convert(directory: str) -> None:
+    """The TF-Agents drop-in and the adders."""
+    episodes = rlds_reverb.load(directory)
+    rlds_reverb.convert_rlds_to_trajectories(episodes, on_invalid=rlds_reverb.ValidationMode.SKIP)
+    episodes.apply(adders.n_step(3, 0.99)).apply(adders.sequences(64))
+    rlds_reverb.create_trajectory_data_spec(episodes)
+    fields: list[str] = rlds_reverb.get_rlds_step_features()
+    del fields
+
+
+def handle_errors(directory: str) -> str:
+    """The exceptions are classes of the package's hierarchy."""
+    try:
+        rlds_reverb.load(directory)
+    except rlds_reverb.SourceNotFoundError as error:
+        base: rlds_reverb.SourceError = error
+        return str(base)
+    except rlds_reverb.InvalidEpisodeError as error:
+        return f'{error.episode_index}: {len(error.problems)}'
+    except rlds_reverb.SpecMismatchError as error:
+        return '\n'.join(error.differences)
+    except rlds_reverb.ExportError as error:
+        return str(error)
+    except rlds_reverb.RldsReverbError as error:
+        return str(error)
+    return rlds_reverb.__version__
+
+
+def use_the_other_modules(address: str, directory: str) -> list[object]:
+    """The remaining short module names and public names resolve."""
+    checkpoints.find_latest_checkpoint(directory)
+    rlds_reverb.export_table(directory, 'replay', server=address)
+    rlds_reverb.seed_server(rlds_reverb.load(directory), table='replay')
+    missing = rlds_reverb.no_such_name  # type: ignore[attr-defined]
+    return [
+        missing,
+        priorities.linear_beta_schedule,
+        sampling.LearnerDataset,
+        observers.ReverbAddTrajectoryObserver,
+        rlds_reverb.RldsRecorder,
+        rlds_reverb.push_with_beam,
+        rlds_reverb.EndBehavior.PAD,
+    ]

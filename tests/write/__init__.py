@@ -1,0 +1,1 @@
+"""Tests of `rlds_reverb.write`: push into real Reverb servers, observers."""
