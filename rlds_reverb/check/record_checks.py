@@ -31,7 +31,10 @@ from rlds_reverb.read import records
 
 __all__ = [
     'EpisodeCounts',
+    'RecordSummary',
     'count_valid_episodes',
+    'plan_record_checks',
+    'summarize_records',
 ]
 
 # Records parsed per batch: enough that the parser's per-call cost vanishes, few enough

@@ -81,6 +81,7 @@ __all__ = [
     'BeamPushResult',
     'DistributedPushError',
     'ProgressFn',
+    'ReadCounts',
     'ServerCounts',
     'push_with_beam',
 ]
