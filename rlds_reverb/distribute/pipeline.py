@@ -163,8 +163,8 @@ class ReadCounts:
     Attributes:
       records_scanned: Records the count stage parsed from their bytes in bulk (steps not
         decoded: lengths, flags, rewards and discounts read as plain numbers).
-      decoded_to_count: Episodes the count stage decoded (those the bulk scan could not
-        decide, or every episode when the dataset cannot be scanned, docs/semantics.md).
+      decoded_to_count: Episodes the count stage decoded (those the bulk scan found invalid
+        or could not decide; every episode of a dataset it cannot scan, such as images).
       decoded_to_write: Episodes the writers decoded, each writer its own index range.
     """
 
@@ -389,18 +389,13 @@ def _count_items_by_length(
         input_signature=[signature],
         autograph=False,
     )
+
+    def _count_for(length: int) -> int:
+        steps = tree.map_structure(lambda s: tf.zeros([length, *s.shape], s.dtype), step_spec)
+        return int(count(steps))
+
     distinct, where = np.unique(lengths, return_inverse=True)
-    per_length = np.array(
-        [
-            int(
-                count(
-                    tree.map_structure(lambda s, n=n: tf.zeros([n, *s.shape], s.dtype), step_spec)
-                )
-            )
-            for n in distinct.tolist()
-        ],
-        dtype=np.int64,
-    )
+    per_length = np.array([_count_for(n) for n in distinct.tolist()], dtype=np.int64)
     return per_length[where].reshape(-1)
 
 
@@ -484,6 +479,7 @@ def _plan_episodes(job: _Job, indices: Sequence[int], decoded: tf.Variable) -> t
 
 
 def _count_episode(decoded: tf.Variable, episode: dict) -> dict:
+    """Returns `episode` once `decoded` counts it (in graph: the writer's read counter)."""
     with tf.control_dependencies([decoded.assign_add(1)]):
         return tf.nest.map_structure(tf.identity, episode)
 

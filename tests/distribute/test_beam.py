@@ -22,7 +22,7 @@ import reverb
 import tensorflow_datasets as tfds
 import tree
 
-from rlds_reverb.core import errors, types
+from rlds_reverb.core import errors, specs, types
 from rlds_reverb.distribute import routing
 from rlds_reverb.examples import cartpole
 from rlds_reverb.read.loading import load, open_builder
@@ -376,6 +376,33 @@ def test_beam_push_of_the_embedded_cartpole_dataset_gives_the_items_push_gives(t
 
 
 # --- What the workers read: each episode decoded once, whatever the number of servers ---------
+
+
+# Every built-in kind that stays within episodes (the Beam pipeline refuses the others).
+_PER_EPISODE_KINDS = [
+    items.TwoStep(),
+    items.NStep(3, 0.9),
+    *[
+        items.Sequence(4, 3, end=end)
+        for end in types.EndBehavior
+        if not items.Sequence(4, 3, end=end).crosses_episodes
+    ],
+    items.Episode(8, overflow='split'),
+    items.Episode(8, overflow='truncate'),
+    items.Episode(50),
+]
+
+
+@pytest.mark.parametrize('kind', _PER_EPISODE_KINDS, ids=str)
+def test_item_counts_from_lengths_equal_the_decoded_counts(dataset_dir, tmp_path, kind):
+    # The count stage counts items from the scanned lengths, not from decoded episodes.
+    episodes = load(dataset_dir)
+    one_step = builders.write_tfds(tmp_path, [_indexed_episode(0, 1)], name='one')
+    lengths = np.array([*_LENGTHS, 1], dtype=np.int64)
+    counted = pipeline._count_items_by_length(kind, lengths, specs.get_step_spec(episodes))
+    decoded = count_items_per_episode(episodes, kind).tolist()
+    decoded += count_items_per_episode(load(one_step), kind).tolist()
+    assert counted.tolist() == decoded
 
 
 @pytest.mark.slow
