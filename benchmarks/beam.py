@@ -7,11 +7,13 @@ Every run pushes two-step items into fresh in-process Reverb servers (uniform ta
 * anchor: `rlds_reverb.push(load(dir), server, 'replay')` in this process;
 * Beam: `rlds_reverb.distribute.pipeline.push_with_beam` on the DirectRunner with
   W = 1 (in-process) and W = 2 (`--direct_running_mode=multi_processing`) workers into
-  S = 1 and 2 servers.
+  S = 1, 2 and 4 servers; each run prints what the workers read (the pipeline's Beam
+  counters, `BeamPushResult.reads`): records the count stage scanned from their bytes,
+  episodes it decoded, episodes the writers decoded.
 
-It also measures the rates of the pipeline's two stages in this process: counting (read +
-decode + validate + count items, per worker) and writing (each writer reads, plans and
-writes its own episodes as `push` does, so its rate is the anchor's), and prints a model of
+It also measures the rates of the pipeline's two stages in this process: counting (the
+count stage's own code on the whole split, per worker) and writing (each writer reads,
+plans and writes its own episodes as `push` does, so its rate is the anchor's), and prints a model of
 the pipeline's throughput for W workers and S servers from them: the count stage runs on
 min(W, cores) workers, then (after the shuffle of metadata) the write stage on
 min(W, S, cores) writers, plus a fixed start-up cost.
@@ -32,13 +34,13 @@ import reverb
 from benchmarks.common import print_row
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import types
-from rlds_reverb.distribute import pipeline
+from rlds_reverb.distribute import pipeline, routing
 from rlds_reverb.examples.synthetic import make_synthetic_episodes
-from rlds_reverb.read.loading import load
+from rlds_reverb.read.loading import load, open_builder
 from rlds_reverb.serve import tables
 from rlds_reverb.storage import tfds_writer
 from rlds_reverb.transform import items
-from rlds_reverb.transform.plans import summarize_episodes
+from rlds_reverb.write import engines
 from rlds_reverb.write import push as push_lib
 
 _LENGTH = 1000
@@ -102,19 +104,39 @@ def _beam(path: str, workers: int, num_servers: int) -> float:
         server.stop()
     name = f'Beam, {workers} worker(s), {num_servers} server(s)'
     print_row(name, result.steps_per_second, result.steps, result.seconds)
-    print(f'    {"":<44} spread {100 * result.spread:.1f}%')
+    reads = result.reads
+    print(
+        f'    {"":<44} spread {100 * result.spread:.1f}%; read: {reads.records_scanned} '
+        f'records scanned, {reads.decoded_to_count} episodes decoded to count, '
+        f'{reads.decoded_to_write} to write ({reads.decoded} decoded of {result.episodes})'
+    )
     return result.steps_per_second
 
 
 def _count_rate(path: str) -> float:
-    """Returns the count stage's steps/s per worker (read, decode, validate, count items)."""
-    start = time.perf_counter()
-    steps = sum(
-        int(summary.length)
-        for summary, _ in summarize_episodes(load(path), items.TwoStep()).as_numpy_iterator()
+    """Returns the count stage's steps/s per worker: its own code on the whole split."""
+    builder = open_builder(path)
+    job = pipeline._Job(
+        dataset_dir=path,
+        split='train',
+        servers=('unused:0',),
+        table='replay',
+        item=items.TwoStep(),
+        priority=1.0,
+        policy_info_fn=None,
+        mode=types.ValidationMode.RAISE,
+        engine=engines.EngineKind.AUTO,
+        timeout_ms=push_lib.DEFAULT_TIMEOUT_MS,
+        max_in_flight_items=push_lib.DEFAULT_MAX_IN_FLIGHT_ITEMS,
+        allow_eviction=False,
+        result_dir='',
     )
+    total = builder.info.splits['train'].num_examples
+    start = time.perf_counter()
+    counted = list(pipeline._CountShard(job).process(routing.ShardRange('all', 0, total)))
     seconds = time.perf_counter() - start
-    print_row('stage: count (read, decode, validate), 1 worker', steps / seconds, steps, seconds)
+    steps = sum(e.length for e in counted)
+    print_row('stage: count (its own code), 1 worker', steps / seconds, steps, seconds)
     return steps / seconds
 
 
@@ -147,7 +169,7 @@ def main() -> None:
         print(f'{args.episodes} episodes, {steps:,} steps, {cores} cores')
         anchor, cpu_per_step = _anchor(path)
         count_rate, write_rate = _count_rate(path), anchor
-        rates = {(w, s): _beam(path, w, s) for w in (1, 2) for s in (1, 2)}
+        rates = {(w, s): _beam(path, w, s) for w in (1, 2) for s in (1, 2, 4)}
     one = rates[1, 1]
     ceiling = cores / cpu_per_step
     print(

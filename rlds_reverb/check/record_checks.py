@@ -31,7 +31,10 @@ from rlds_reverb.read import records
 
 __all__ = [
     'EpisodeCounts',
+    'RecordSummary',
     'count_valid_episodes',
+    'plan_record_checks',
+    'summarize_records',
 ]
 
 # Records parsed per batch: enough that the parser's per-call cost vanishes, few enough
@@ -101,36 +104,90 @@ def _plan_checks(serialized_steps: dict, step_spec: dict) -> _Plan | None:
     return _Plan(ragged_specs, step_sizes, flags, tuple(finite), tuple(unit_range))
 
 
-def _count_batch(serialized: list[bytes], plan: _Plan) -> EpisodeCounts | None:
-    """Returns the counts of a batch of records, or None unless every episode is valid."""
+class RecordSummary(NamedTuple):
+    """Per record of a batch, what the bulk checks decided (steps never decoded).
+
+    Attributes:
+      lengths: int64 `[N]`, each episode's steps (its `is_first` values).
+      clean: bool `[N]`, True where every rule holds; False where one is broken or the
+        records cannot decide (a field of another step count): walk those to know.
+      terminated: bool `[N]`, whether a clean episode's last step is terminal.
+    """
+
+    lengths: np.ndarray
+    clean: np.ndarray
+    terminated: np.ndarray
+
+
+def plan_record_checks(serialized_steps: dict, step_spec: dict) -> _Plan | None:
+    """Returns what `summarize_records` parses and checks, or None if the records cannot say.
+
+    Args:
+      serialized_steps: The serialized info of the step fields (`RecordSource`).
+      step_spec: The dataset's step spec (as `load` decodes the steps).
+
+    Returns:
+      The plan, or None unless every step field parses straight to its tensor (no encoded
+      feature such as an image, every per-step shape fixed).
+    """
+    return _plan_checks(serialized_steps, step_spec)
+
+
+def _find_episodes_with(bad: np.ndarray, counts: np.ndarray) -> np.ndarray:
+    """Returns, per episode, whether any of its values (`counts[i]` of them, in order) is bad."""
+    owner = np.repeat(np.arange(len(counts)), counts)
+    return np.bincount(owner, weights=bad, minlength=len(counts)) > 0
+
+
+def summarize_records(serialized: list[bytes], plan: _Plan) -> RecordSummary:
+    """Returns each record's step count and whether it is certainly valid, in one parse.
+
+    Args:
+      serialized: Serialized episodes (TFDS records).
+      plan: `plan_record_checks`'s plan for their dataset.
+
+    Raises:
+      tf.errors.InvalidArgumentError: If a record does not parse.
+    """
     parsed = tf.io.parse_example(serialized, plan.ragged_specs)
     values = {k: v.values.numpy() for k, v in parsed.items()}
     splits = {k: v.row_splits.numpy() for k, v in parsed.items()}
     first_key, last_key, terminal_key = plan.flags
     lengths = np.diff(splits[first_key])
-    if not lengths.all():
-        return None  # An empty episode.
+    nothing = np.zeros(len(lengths), dtype=bool)
     for key, size in plan.step_sizes.items():
         if not np.array_equal(np.diff(splits[key]), lengths * size):
-            return None  # A field with another step count: not readable as one episode.
-    episodes = len(lengths)
-    starts, ends = splits[first_key][:-1], splits[first_key][1:] - 1
+            # A field with another step count (not readable as one episode) shifts every
+            # later record's values against the flags': these records decide nothing.
+            return RecordSummary(lengths, nothing, nothing)
+    nonempty = lengths > 0
+    starts, ends = splits[first_key][:-1][nonempty], splits[first_key][1:][nonempty] - 1
     first, last = values[first_key] != 0, values[last_key] != 0
     terminal = values[terminal_key] != 0
-    flags_ok = (
-        first[starts].all()
-        and np.count_nonzero(first) == episodes
-        and last[ends].all()
-        and np.count_nonzero(last) == episodes
-        and not (terminal & ~last).any()
+    owner = np.repeat(np.arange(len(lengths)), lengths)
+    clean = nonempty.copy()
+    clean[nonempty] &= first[starts] & last[ends]
+    clean &= np.bincount(owner, weights=first, minlength=len(lengths)) == 1
+    clean &= np.bincount(owner, weights=last, minlength=len(lengths)) == 1
+    clean &= ~_find_episodes_with(terminal & ~last, lengths)
+    for key in plan.finite:
+        clean &= ~_find_episodes_with(~np.isfinite(values[key]), lengths * plan.step_sizes[key])
+    for key in plan.unit_range:
+        outside = (values[key] < 0) | (values[key] > 1)
+        clean &= ~_find_episodes_with(outside, lengths * plan.step_sizes[key])
+    terminated = nothing.copy()
+    terminated[nonempty] = terminal[ends]
+    return RecordSummary(lengths, clean, terminated & clean)
+
+
+def _count_batch(serialized: list[bytes], plan: _Plan) -> EpisodeCounts | None:
+    """Returns the counts of a batch of records, or None unless every episode is valid."""
+    summary = summarize_records(serialized, plan)
+    if not summary.clean.all():
+        return None
+    return EpisodeCounts(
+        len(summary.lengths), int(summary.lengths.sum()), int(summary.terminated.sum())
     )
-    if not flags_ok:
-        return None
-    if not all(np.isfinite(values[k]).all() for k in plan.finite):
-        return None
-    if any(((values[k] < 0) | (values[k] > 1)).any() for k in plan.unit_range):
-        return None
-    return EpisodeCounts(episodes, int(lengths.sum()), int(np.count_nonzero(terminal[ends])))
 
 
 def count_valid_episodes(

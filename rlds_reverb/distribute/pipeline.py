@@ -10,11 +10,14 @@ the same index. (A read of the whole split interleaves shards 16 episodes at a t
 the dataset disables shuffling, TFDS' default; its positions are not these indices.)
 
 1. **Count** (parallel by groups of neighbouring shard files, two per worker): each worker
-   reads its group's index range (`builder.info.splits[split].file_instructions`),
-   validates the episodes and counts their items
-   (`rlds_reverb.transform.plans.summarize_episodes`; no rows are built). Invalid episodes
+   scans its group's records (`builder.info.splits[split].file_instructions`) from their
+   bytes in bulk, decoding no step (`record_checks.summarize_records`: step counts and
+   the validation rules), and counts their items from their lengths. Only episodes the
+   scan finds invalid or cannot decide are decoded here (`_count_range`), so a valid
+   episode is decoded once in the whole pipeline, by its writer. Invalid episodes
    raise (`on_invalid='raise'`: before anything is written, as the writers wait for every
-   count) or are counted and dropped (`'skip'`).
+   count) or are counted and dropped (`'skip'`). The Beam counters of what was read come
+   back in `BeamPushResult.reads`.
 2. **Route**: the episodes are cut into one consecutive index range per server by
    `routing.assign_servers` (balanced item counts, a function of the dataset, split, item
    kind and server list only). Only this metadata (index, steps, items) crosses Beam's
@@ -55,6 +58,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 import tree
 from apache_beam.io.filesystems import FileSystems
+from apache_beam.metrics.metric import Metrics, MetricsFilter
 from apache_beam.options.pipeline_options import (
     DirectOptions,
     PipelineOptions,
@@ -62,11 +66,11 @@ from apache_beam.options.pipeline_options import (
     WorkerOptions,
 )
 
-from rlds_reverb.check import validation
+from rlds_reverb.check import record_checks, validation
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import errors, specs, types
 from rlds_reverb.distribute import routing
-from rlds_reverb.read import loading
+from rlds_reverb.read import loading, records
 from rlds_reverb.serve import table_info
 from rlds_reverb.transform import items as items_lib
 from rlds_reverb.transform.plans import PriorityFn, make_episode_plans, summarize_episodes
@@ -77,6 +81,7 @@ __all__ = [
     'BeamPushResult',
     'DistributedPushError',
     'ProgressFn',
+    'ReadCounts',
     'ServerCounts',
     'push_with_beam',
 ]
@@ -91,6 +96,14 @@ _PROBE_TIMEOUT_MS = 2_000
 # Shard groups per worker: enough to balance the workers, few enough that each read's fixed
 # set-up (opening the dataset, tracing) is paid a handful of times, not once per shard.
 _GROUPS_PER_WORKER = 2
+# Records the count stage scans at a time: the parser's per-call cost vanishes, memory stays
+# flat in the dataset's size.
+_SCAN_RECORDS = 64
+# The Beam counters of what the stages read (`ReadCounts`).
+_METRICS_NAMESPACE = 'rlds_reverb'
+_RECORDS_SCANNED = 'records_scanned'
+_DECODED_TO_COUNT = 'episodes_decoded_to_count'
+_DECODED_TO_WRITE = 'episodes_decoded_to_write'
 
 
 # Defined with the package's other errors; the name stays importable from here.
@@ -144,12 +157,38 @@ class ServerCounts:
 
 
 @dataclasses.dataclass
+class ReadCounts:
+    """What the pipeline's workers read, summed from its Beam counters.
+
+    Attributes:
+      records_scanned: Records the count stage parsed from their bytes in bulk (steps not
+        decoded: lengths, flags, rewards and discounts read as plain numbers).
+      decoded_to_count: Episodes the count stage decoded (those the bulk scan found invalid
+        or could not decide; every episode of a dataset it cannot scan, such as images).
+      decoded_to_write: Episodes the writers decoded, each writer its own index range.
+    """
+
+    records_scanned: int = 0
+    decoded_to_count: int = 0
+    decoded_to_write: int = 0
+
+    @property
+    def decoded(self) -> int:
+        """Episodes decoded by every worker together."""
+        return self.decoded_to_count + self.decoded_to_write
+
+
+@dataclasses.dataclass
 class BeamPushResult:
-    """What a Beam push wrote, per server and in total."""
+    """What a Beam push wrote, per server and in total.
+
+    `reads` is what the workers read (`ReadCounts`), None when the runner reports no metrics.
+    """
 
     table: str
     servers: list[ServerCounts]
     seconds: float = 0.0
+    reads: ReadCounts | None = None
 
     @property
     def episodes(self) -> int:
@@ -193,6 +232,11 @@ class BeamPushResult:
         return '\n'.join(lines)
 
 
+def _count_read(name: str, value: int) -> None:
+    """Adds `value` to the Beam counter `name` (`ReadCounts`)."""
+    Metrics.counter(_METRICS_NAMESPACE, name).inc(value)
+
+
 def _read_range(job: _Job, first: int, count: int) -> tf.data.Dataset:
     """Returns the split's episodes `first..first+count-1` (shard order), as every stage reads.
 
@@ -212,39 +256,147 @@ def _read_range(job: _Job, first: int, count: int) -> tf.data.Dataset:
 
 
 class _CountShard(beam.DoFn):
-    """Reads one shard's episodes, validates them and yields their item counts."""
+    """Counts one shard group's episodes: steps, items, valid or not (`_count_range`)."""
 
     def __init__(self, job: _Job):
         self._job = job
 
     def process(self, shard: routing.ShardRange):
-        job = self._job
         try:
-            episodes = _read_range(job, shard.first, shard.count)
-            checker = validation.EpisodeChecker(specs.get_step_spec(episodes))
-            counted = summarize_episodes(episodes, job.item)
-            for local, element in validation.read_episodes(counted):
-                index = shard.first + local
-                summary, count = (element, 0) if isinstance(element, Exception) else element
-                problems = checker.find_problems(index, summary)
-                if problems:
-                    if job.mode is types.ValidationMode.RAISE:
-                        raise errors.InvalidEpisodeError(index, problems)
-                    length = 0 if isinstance(summary, Exception) else int(summary.length)
-                    yield _Episode(index, length, 0, valid=False)
-                    continue
-                reason = job.item.describe_length_problem(int(summary.length))
-                if reason:
-                    raise errors.EpisodeTooLongError(
-                        f'Episode {index}: {reason}.', episodes_written=0, items_written=0
-                    )
-                yield _Episode(index, int(summary.length), int(count), valid=True)
+            yield from _count_range(self._job, shard)
         except Exception as e:
             raise RuntimeError(
                 f'{_WORKER_ERROR}Reading shard {shard.filename} (episodes {shard.first}..'
                 f'{shard.first + shard.count - 1}) failed: {_one_line(e)} Nothing was written '
                 '(writers start after every episode is counted).'
             ) from e
+
+
+def _count_range(job: _Job, shard: routing.ShardRange):
+    """Yields an `_Episode` per episode of `shard`, in order, decoding as few as it can.
+
+    The records are scanned from their bytes in bulk (`record_checks.summarize_records`:
+    step counts and the rules on flags, rewards and discounts, no step decoded); the item
+    counts follow from the step counts. Only the episodes the scan finds invalid, or cannot
+    decide, are decoded here, by runs of neighbours, to decide and name their problems
+    exactly as `validate` does; so a valid episode is decoded once in the whole pipeline,
+    by its writer. A dataset the scan cannot read (encoded step fields such as images,
+    per-step shapes that vary, item kinds of one's own, unreadable shards) is decoded here
+    whole, as `_count_decoded` does.
+    """
+    episodes = _read_range(job, shard.first, shard.count)  # Not read: the step spec.
+    step_spec = specs.get_step_spec(episodes)
+    checker = validation.EpisodeChecker(step_spec)
+    scanned = _scan_range(job, shard, step_spec)
+    items = None if scanned is None else _count_items_by_length(job.item, scanned[0], step_spec)
+    if items is None:
+        yield from _count_decoded(job, episodes, shard.first, checker)
+        return
+    lengths, clean = scanned
+    local = 0
+    while local < shard.count:
+        if not clean[local]:  # A run of undecided neighbours, decoded together.
+            end = local + int(np.argmax(np.append(clean[local:], True)))
+            first = shard.first + local
+            undecided = _read_range(job, first, end - local)
+            yield from _count_decoded(job, undecided, first, validation.EpisodeChecker(step_spec))
+            local = end
+            continue
+        index, length = shard.first + local, int(lengths[local])
+        _check_length(job, index, length)
+        yield _Episode(index, length, int(items[local]), valid=True)
+        local += 1
+
+
+def _check_length(job: _Job, index: int, length: int) -> None:
+    reason = job.item.describe_length_problem(length)
+    if reason:
+        raise errors.EpisodeTooLongError(
+            f'Episode {index}: {reason}.', episodes_written=0, items_written=0
+        )
+
+
+def _count_decoded(job: _Job, episodes: tf.data.Dataset, first: int, checker):
+    """Yields an `_Episode` per episode of `episodes` (numbered from `first`), decoding each.
+
+    Invalid episodes raise (`on_invalid='raise'`) or are counted as skipped.
+    """
+    counted = summarize_episodes(episodes, job.item)
+    for local, element in validation.read_episodes(counted):
+        _count_read(_DECODED_TO_COUNT, 1)
+        index = first + local
+        summary, count = (element, 0) if isinstance(element, Exception) else element
+        problems = checker.find_problems(index, summary)
+        if problems:
+            if job.mode is types.ValidationMode.RAISE:
+                raise errors.InvalidEpisodeError(index, problems)
+            length = 0 if isinstance(summary, Exception) else int(summary.length)
+            yield _Episode(index, length, 0, valid=False)
+            continue
+        _check_length(job, index, int(summary.length))
+        yield _Episode(index, int(summary.length), int(count), valid=True)
+
+
+def _scan_range(
+    job: _Job, shard: routing.ShardRange, step_spec: dict
+) -> tuple[np.ndarray, np.ndarray] | None:
+    """Returns (steps, certainly valid) per episode of `shard`, from the records' bytes.
+
+    None when the records cannot be scanned (see `_count_range`): the caller decodes them.
+    """
+    builder = loading.open_builder(job.dataset_dir)
+    serialized_steps = builder.info.features[types.STEPS].get_serialized_info()
+    plan = record_checks.plan_record_checks(serialized_steps, step_spec)
+    if plan is None:
+        return None
+    split = f'{job.split}[{shard.first}:{shard.first + shard.count}]'
+    instructions = builder.info.splits[split].file_instructions
+    source = records.RecordSource(
+        tuple((os.fspath(i.filename), int(i.skip), int(i.take)) for i in instructions),
+        serialized_steps,
+    )
+    lengths, clean = [], []
+    try:
+        for batch in records.read_serialized_batches(source, batch_records=_SCAN_RECORDS):
+            _count_read(_RECORDS_SCANNED, len(batch))
+            summary = record_checks.summarize_records(batch, plan)
+            lengths.append(summary.lengths)
+            clean.append(summary.clean)
+    except (tf.errors.OpError, ValueError):
+        return None  # Decoding names the shard, record and field.
+    if sum(len(c) for c in clean) != shard.count:
+        return None
+    return np.concatenate(lengths), np.concatenate(clean)
+
+
+def _count_items_by_length(
+    item: items_lib.ItemKind, lengths: np.ndarray, step_spec: dict
+) -> np.ndarray | None:
+    """Returns each episode's item count from its step count, or None if that cannot say.
+
+    The item kinds of `rlds_reverb.items` place their windows by the episode's length
+    alone (`compute_windows`), so one traced call per distinct length counts them; an
+    item kind of one's own may look at the data, and is counted from decoded episodes.
+    """
+    kind = type(item)
+    if kind.__module__ != items_lib.__name__ or (
+        kind.prepare_episodes is not items_lib.ItemKind.prepare_episodes
+    ):
+        return None
+    signature = tree.map_structure(lambda s: tf.TensorSpec([None, *s.shape], s.dtype), step_spec)
+    count = tf.function(
+        lambda steps: tf.size(item.compute_windows(steps)[0]),
+        input_signature=[signature],
+        autograph=False,
+    )
+
+    def _count_for(length: int) -> int:
+        steps = tree.map_structure(lambda s: tf.zeros([length, *s.shape], s.dtype), step_spec)
+        return int(count(steps))
+
+    distinct, where = np.unique(lengths, return_inverse=True)
+    per_length = np.array([_count_for(n) for n in distinct.tolist()], dtype=np.int64)
+    return per_length[where].reshape(-1)
 
 
 # --- Stage 2: route -------------------------------------------------------------------------
@@ -299,12 +451,12 @@ class _WritePartition(beam.DoFn):
         yield counts
 
 
-def _plan_episodes(job: _Job, indices: Sequence[int]) -> tf.data.Dataset:
+def _plan_episodes(job: _Job, indices: Sequence[int], decoded: tf.Variable) -> tf.data.Dataset:
     """Returns the plans of the split's episodes at `indices` (ascending), in that order.
 
     The writer reads only the index range from its first episode to its last (one range
     per server, `routing.assign_servers`) and drops the skipped episodes in it; the shuffle
-    never carries episode data.
+    never carries episode data. `decoded` counts the episodes read (skipped ones included).
     """
     first = indices[0]
     wanted = np.zeros(indices[-1] - first + 1, dtype=bool)
@@ -313,6 +465,7 @@ def _plan_episodes(job: _Job, indices: Sequence[int]) -> tf.data.Dataset:
     loaded = _read_range(job, first, len(wanted))
     picked = (
         episodes_lib.to_whole_episodes(loaded)
+        .map(episodes_lib.without_autograph(lambda episode: _count_episode(decoded, episode)))
         .enumerate()
         .filter(episodes_lib.without_autograph(lambda i, _: wanted[i]))
         .map(episodes_lib.without_autograph(lambda _, episode: episode))
@@ -325,9 +478,23 @@ def _plan_episodes(job: _Job, indices: Sequence[int]) -> tf.data.Dataset:
     )
 
 
+def _count_episode(decoded: tf.Variable, episode: dict) -> dict:
+    """Returns `episode` once `decoded` counts it (in graph: the writer's read counter)."""
+    with tf.control_dependencies([decoded.assign_add(1)]):
+        return tf.nest.map_structure(tf.identity, episode)
+
+
 def _read_plans(job: _Job, episodes: list[_Episode]):
     """Yields the plans of `episodes`; fails if one no longer reads as it was counted."""
-    plans = validation.read_episodes(_plan_episodes(job, [e.index for e in episodes]))
+    decoded = tf.Variable(0, dtype=tf.int64, trainable=False)
+    try:
+        yield from _check_plans(job, episodes, decoded)
+    finally:
+        _count_read(_DECODED_TO_WRITE, int(decoded.numpy()))
+
+
+def _check_plans(job: _Job, episodes: list[_Episode], decoded: tf.Variable):
+    plans = validation.read_episodes(_plan_episodes(job, [e.index for e in episodes], decoded))
     for episode in episodes:
         _, plan = next(plans, (None, RuntimeError('the dataset has fewer episodes')))
         if isinstance(plan, Exception) or plan.num_items != episode.num_items:
@@ -690,13 +857,33 @@ def _run_pipeline(job: _Job, options, shards, before: dict, progress) -> BeamPus
     try:
         if poller:
             poller.__enter__()
-        pipeline.run().wait_until_finish()  # Not `with Pipeline()`: that would run it again.
+        run = pipeline.run()  # Not `with Pipeline()`: that would run it again.
+        run.wait_until_finish()
     except Exception as e:
         raise _describe_failure(e, job, before) from e
     finally:
         if poller:
             poller.__exit__()
-    return _collect(job, before)
+    result = _collect(job, before)
+    result.reads = _query_reads(run)
+    return result
+
+
+def _query_reads(run) -> ReadCounts | None:
+    """Returns the counters of what the workers read, or None if the runner has no metrics."""
+    try:
+        found = run.metrics().query(MetricsFilter().with_namespace(_METRICS_NAMESPACE))
+    except (NotImplementedError, AttributeError):
+        return None
+    values = {}
+    for counter in found['counters']:  # One result per counter and stage: summed.
+        name = counter.key.metric.name
+        values[name] = values.get(name, 0) + (counter.committed or 0)
+    return ReadCounts(
+        records_scanned=values.get(_RECORDS_SCANNED, 0),
+        decoded_to_count=values.get(_DECODED_TO_COUNT, 0),
+        decoded_to_write=values.get(_DECODED_TO_WRITE, 0),
+    )
 
 
 def _describe_failure(error: Exception, job: _Job, before: dict) -> DistributedPushError:

@@ -100,6 +100,54 @@ def test_step_field_with_another_step_count_goes_to_the_walk(tmp_path):
     assert report.problems[0].rule is rlds_reverb.check.validation.Rule.READABLE
 
 
+@pytest.mark.parametrize('batch_records', [3, 64])
+def test_summarize_records_marks_exactly_the_invalid_episodes(tmp_path, batch_records):
+    # Every broken rule once, each between valid episodes: per episode, the bulk summary is
+    # clean exactly where the walk finds no problem, and counts the walk's steps.
+    broken = [_BROKEN[case] for case in sorted(_BROKEN)]
+    mixed = [episode for pair in zip(_VALID * 4, broken, strict=False) for episode in pair]
+    directory = builders.write_tfds(tmp_path, mixed, name='mixed', episodes_per_shard=5)
+    episodes = rlds_reverb.load(directory)
+    source = _source(episodes)
+    plan = record_checks.plan_record_checks(source.serialized_steps, specs.get_step_spec(episodes))
+    summaries = [
+        record_checks.summarize_records(batch, plan)
+        for batch in records.read_serialized_batches(source, batch_records=batch_records)
+    ]
+    clean = np.concatenate([s.clean for s in summaries])
+    lengths = np.concatenate([s.lengths for s in summaries])
+    walked = _walk(directory)
+    assert np.flatnonzero(~clean).tolist() == walked.invalid_episodes
+    assert np.flatnonzero(~clean).tolist() == list(range(1, 2 * len(broken), 2))
+    assert lengths.tolist() == [len(e[types.IS_FIRST]) for e in mixed]
+    terminated = np.concatenate([s.terminated for s in summaries])
+    assert terminated.sum() == sum(
+        bool(e[types.IS_TERMINAL][-1]) for e, ok in zip(mixed, clean, strict=True) if ok
+    )
+
+
+def test_summarize_records_decides_nothing_when_a_field_has_another_step_count(tmp_path):
+    episode = builders.episode(3)
+    episode[types.OBSERVATION] = episode[types.OBSERVATION][:2]  # 2 observations, 3 flags
+    directory = builders.write_tfds(tmp_path, [builders.episode(2), episode], name='uneven')
+    episodes = rlds_reverb.load(directory)
+    source = _source(episodes)
+    plan = record_checks.plan_record_checks(source.serialized_steps, specs.get_step_spec(episodes))
+    (batch,) = records.read_serialized_batches(source, batch_records=64)
+    summary = record_checks.summarize_records(batch, plan)
+    assert summary.lengths.tolist() == [2, 3]
+    assert not summary.clean.any()  # The valid first episode too: the caller decodes both.
+
+
+def test_summarize_records_raises_on_a_record_that_does_not_parse(tmp_path):
+    directory = builders.write_tfds(tmp_path, _VALID, name='garbage')
+    episodes = rlds_reverb.load(directory)
+    source = _source(episodes)
+    plan = record_checks.plan_record_checks(source.serialized_steps, specs.get_step_spec(episodes))
+    with pytest.raises(tf.errors.InvalidArgumentError):
+        record_checks.summarize_records([b'not a tf.train.Example'], plan)
+
+
 def test_sliced_split_counts_only_the_slice(tmp_path):
     episodes = [builders.episode(length) for length in (1, 2, 3, 4, 5, 6)]
     directory = builders.write_tfds(tmp_path, episodes, name='sliced', episodes_per_shard=2)

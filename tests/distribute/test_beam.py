@@ -19,9 +19,10 @@ import time
 import numpy as np
 import pytest
 import reverb
+import tensorflow_datasets as tfds
 import tree
 
-from rlds_reverb.core import errors
+from rlds_reverb.core import errors, specs, types
 from rlds_reverb.distribute import routing
 from rlds_reverb.examples import cartpole
 from rlds_reverb.read.loading import load, open_builder
@@ -372,6 +373,117 @@ def test_beam_push_of_tfds_default_layout_gives_the_items_push_gives(layout_dir,
 def test_beam_push_of_the_embedded_cartpole_dataset_gives_the_items_push_gives(tmp_path):
     path = cartpole.generate(tmp_path)  # The defaults: 250 episodes, shards of 100, 100, 50.
     _push_with_beam_and_push(path, 2)
+
+
+# --- What the workers read: each episode decoded once, whatever the number of servers ---------
+
+
+# Every built-in kind that stays within episodes (the Beam pipeline refuses the others).
+_PER_EPISODE_KINDS = [
+    items.TwoStep(),
+    items.NStep(3, 0.9),
+    *[
+        items.Sequence(4, 3, end=end)
+        for end in types.EndBehavior
+        if not items.Sequence(4, 3, end=end).crosses_episodes
+    ],
+    items.Episode(8, overflow='split'),
+    items.Episode(8, overflow='truncate'),
+    items.Episode(50),
+]
+
+
+@pytest.mark.parametrize('kind', _PER_EPISODE_KINDS, ids=str)
+def test_item_counts_from_lengths_equal_the_decoded_counts(dataset_dir, tmp_path, kind):
+    # The count stage counts items from the scanned lengths, not from decoded episodes.
+    episodes = load(dataset_dir)
+    one_step = builders.write_tfds(tmp_path, [_indexed_episode(0, 1)], name='one')
+    lengths = np.array([*_LENGTHS, 1], dtype=np.int64)
+    counted = pipeline._count_items_by_length(kind, lengths, specs.get_step_spec(episodes))
+    decoded = count_items_per_episode(episodes, kind).tolist()
+    decoded += count_items_per_episode(load(one_step), kind).tolist()
+    assert counted.tolist() == decoded
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize('num_servers', [1, 2, 4])
+def test_beam_decodes_each_episode_once_whatever_the_servers(users_plain_dir, num_servers):
+    # TFDS's own writer: 300 episodes in 3 shuffled shards; two workers, so the count stage
+    # reads several shard groups and the writers one index range each.
+    # In shard order, as the pipeline numbers episodes (a plain read interleaves shards).
+    episodes = load(users_plain_dir, read_config=tfds.ReadConfig(interleave_cycle_length=1))
+    counts = count_items_per_episode(episodes, items.TwoStep())
+    signature = tables.signature_for(items.TwoStep(), episodes)
+    running = [
+        reverb.Server([_fifo_table(signature, max_size=100_000)]) for _ in range(num_servers)
+    ]
+    try:
+        result = pipeline.push_with_beam(
+            users_plain_dir,
+            [f'localhost:{s.port}' for s in running],
+            _TABLE,
+            pipeline_options=['--runner=DirectRunner', '--direct_num_workers=2'],
+        )
+    finally:
+        for server in running:
+            server.stop()
+    assert result.items == counts.sum() == sum(s.inserted for s in result.servers)
+    # The count stage scans every record's bytes once (steps not decoded); each writer
+    # decodes its own index range only, from its first episode that gives items (a
+    # one-step episode gives no two-step item: the resume point passes it unread).
+    placement = routing.assign_servers(counts, num_servers)
+    runs = [counts[placement == k] for k in range(num_servers)]
+    written = sum(len(run) - resume.find_resume_point(0, run).episode for run in runs)
+    assert result.reads == pipeline.ReadCounts(
+        records_scanned=len(counts), decoded_to_count=0, decoded_to_write=written
+    )
+    assert len(counts) - num_servers <= result.reads.decoded <= len(counts)
+
+
+@pytest.mark.slow
+def test_beam_decodes_to_count_only_the_invalid_episode(invalid_dir, servers):
+    result = pipeline.push_with_beam(invalid_dir, servers, _TABLE, on_invalid='skip')
+    assert result.skipped_episodes == 1
+    assert result.items == len(_expected(_LENGTHS, skip={_INVALID}))
+    reads = result.reads
+    assert (reads.records_scanned, reads.decoded_to_count) == (len(_LENGTHS), 1)
+    # A writer whose index range holds the skipped episode decodes it too, and drops it.
+    assert len(_LENGTHS) - 1 <= reads.decoded_to_write <= len(_LENGTHS)
+
+
+@pytest.mark.slow
+def test_beam_decodes_image_episodes_to_count_as_the_scan_cannot(tmp_path):
+    # PNG-encoded observations: the bulk scan cannot decide them, so the count stage
+    # decodes every episode (as before), and the writers decode each once more.
+    features = builders.step_features(
+        **{types.OBSERVATION: tfds.features.Image(shape=(4, 4, 3), encoding_format='png')}
+    )
+    lengths = [3, 5, 2, 4, 6, 3]
+    episodes = []
+    for length in lengths:
+        steps = builders.episode(length)
+        steps[types.OBSERVATION] = np.zeros((length, 4, 4, 3), np.uint8)
+        episodes.append({types.STEPS: steps})
+    tfds.dataset_builders.store_as_tfds_dataset(
+        name='images',
+        version='1.0.0',
+        features=features,
+        split_datasets={'train': [(str(i), e) for i, e in enumerate(episodes)]},
+        data_dir=str(tmp_path),
+        disable_shuffling=True,
+    )
+    path = tmp_path / 'images' / '1.0.0'
+    signature = tables.signature_for(items.TwoStep(), load(path))
+    running = [reverb.Server([_fifo_table(signature)]) for _ in range(2)]
+    try:
+        result = pipeline.push_with_beam(path, [f'localhost:{s.port}' for s in running], _TABLE)
+    finally:
+        for server in running:
+            server.stop()
+    assert result.items == sum(n - 1 for n in lengths)
+    assert result.reads == pipeline.ReadCounts(
+        records_scanned=0, decoded_to_count=len(lengths), decoded_to_write=len(lengths)
+    )
 
 
 # --- Faults: a worker killed mid-episode, a server killed and restarted -----------------------
