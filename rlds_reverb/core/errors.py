@@ -87,6 +87,14 @@ class EpisodeTooLongError(PushError, ValueError):
     """An episode is longer than the item kind allows (for example `Episode(max_length)`)."""
 
 
+class ResumeError(PushError):
+    """A table holds part of an episode, so no episode index resumes it exactly."""
+
+
+class DistributedPushError(PushError):
+    """The Beam pipeline failed; the message names the cause and what each server holds."""
+
+
 class EmptyTableError(ReverbTimeoutError):
     """A Reverb table gave no sample within the timeout: it is empty or its rate limiter blocks."""
 
