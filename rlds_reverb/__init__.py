@@ -52,6 +52,7 @@ _EXPORTS = {
     'validate': 'rlds_reverb.check.validation:validate',
     'ValidationReport': 'rlds_reverb.check.validation:ValidationReport',
     'convert_rlds_to_trajectories': 'rlds_reverb.transform.convert:convert_rlds_to_trajectories',
+    'PushOptions': 'rlds_reverb.write.options:PushOptions',
     'PushStats': 'rlds_reverb.write.push:PushStats',
     'push': 'rlds_reverb.write.push:push',
     'push_rlds_to_reverb': 'rlds_reverb.write.push:push_rlds_to_reverb',

@@ -645,9 +645,9 @@ def push_with_beam(
     for address in addresses:  # A dead server is named before the dataset is opened.
         _connect(address, addresses)
     builder = loading.open_builder(source, data_dir=data_dir)
-    options = _make_options(pipeline_options)
+    beam_options = _make_options(pipeline_options)
     shards = routing.group_shard_ranges(
-        routing.list_shard_ranges(builder, split), _GROUPS_PER_WORKER * _count_workers(options)
+        routing.list_shard_ranges(builder, split), _GROUPS_PER_WORKER * _count_workers(beam_options)
     )
     episodes = carry.carry_episode_fields(  # Checks features, shards and carried fields.
         loading.load(builder.data_dir, split=split),
@@ -670,7 +670,7 @@ def push_with_beam(
         step_spec=step_spec,
     )
     try:
-        result = _run_pipeline(job, options, shards, before, progress)
+        result = _run_pipeline(job, beam_options, shards, before, progress)
     finally:
         if own_result_dir:
             shutil.rmtree(own_result_dir, ignore_errors=True)
