@@ -27,8 +27,9 @@ from rlds_reverb.transform import items
 from rlds_reverb.write import loop, parallel, resume
 from rlds_reverb.write import push as push_lib
 from rlds_reverb.write.options import PushOptions, merge_options
+from tests import builders, reverb_tables, users_data
 from tests import item_references as refs
-from tests import reverb_tables, users_data
+from tests.cases.episodes import THREE_EPISODES
 
 _TABLE = 'replay'
 _SPEC = users_data.UsersSpec((3, 1, 5, 2, 8, 4, 6, 2, 7), images=False, strings=False, seed=3)
@@ -324,3 +325,15 @@ def test_errors_moved_to_core_stay_importable_where_they_were():
     assert resume.ResumeError is errors.ResumeError
     assert pipeline.DistributedPushError is errors.DistributedPushError
     assert resume.find_resume_point is loop.find_resume_point
+
+
+def test_a_resumable_push_into_a_table_too_small_keeps_the_error_type(reverb_client):
+    # E0 (2 items) and E1 (none) fit in 'tiny' (room for 2); E2 does not. The resumable
+    # push used to restate this as a plain PushError.
+    with pytest.raises(errors.TableTooSmallError, match='room for 2 more') as info:
+        resume.push_resumable(
+            builders.case_dataset(THREE_EPISODES), reverb_client, 'tiny', start_episode=0
+        )
+    assert 'episodes 0..1 of the dataset are fully written' in str(info.value)
+    assert (info.value.episodes_written, info.value.items_written) == (2, 2)
+    assert reverb_tables.table_size(reverb_client, 'tiny') == 2

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
+from multiprocessing import connection, resource_tracker
 
 from rlds_reverb.core import checks, errors
 from rlds_reverb.read import loading
@@ -123,41 +124,65 @@ def push_in_parallel(
         )
         return ParallelPushResult(stats, [])
     context = multiprocessing.get_context('spawn')
-    queue = context.Queue()
-    processes = [
-        context.Process(
-            target=_run_worker, args=(source, server, table, options, i, workers, queue)
+    # One pipe per worker, not a Queue: no semaphore, no feeder thread, and a worker that
+    # dies shows as the end of its pipe.
+    readers, processes = {}, []
+    for index in range(workers):
+        reader, writer = context.Pipe(duplex=False)
+        process = context.Process(
+            target=_run_worker, args=(source, server, table, options, index, workers, writer)
         )
-        for i in range(workers)
-    ]
-    for process in processes:
         process.start()
-    total, failures, done = loop.PushStats(items={table: 0}), [], 0
-    while done < workers:
-        kind, first, second = queue.get()
-        if kind == 'progress':
-            if progress is not None:
-                progress(first, second)
-        elif kind == 'done':
-            total, done = total.merge(first), done + 1
-        else:
-            failures.append(second)
-            done += 1
+        writer.close()
+        readers[reader] = index
+        processes.append(process)
+    total, failures = loop.PushStats(items={table: 0}), []
+    while readers:
+        for reader in connection.wait(list(readers)):
+            try:
+                kind, first, second = reader.recv()
+            except EOFError:
+                kind, second = 'failed', f'worker {readers[reader]} exited without a result'
+            if kind == 'progress':
+                if progress is not None:
+                    progress(first, second)
+                continue
+            if kind == 'done':
+                total = total.merge(first)
+            else:
+                failures.append(second)
+            del readers[reader]
+            reader.close()
     for process in processes:
         process.join()
+    _stop_resource_tracker()
     return ParallelPushResult(total, failures)
 
 
-def _run_worker(source, server, table, options, index: int, count: int, queue) -> None:
-    """Pushes part `index` of `count` in a worker process; reports on `queue`."""
+def _stop_resource_tracker() -> None:
+    """Stops the helper process that spawning started, and waits for it to end.
+
+    Spawning starts `multiprocessing`'s resource tracker, which otherwise ends only after
+    this process does: a caller watching for processes left behind could still see it.
+    """
+    tracker = getattr(resource_tracker, '_resource_tracker', None)
+    stop = getattr(tracker, '_stop', None)
+    if stop is not None:
+        stop()
+
+
+def _run_worker(source, server, table, options, index: int, count: int, pipe) -> None:
+    """Pushes part `index` of `count` in a worker process; reports through `pipe`."""
     try:
         stats = loop.push_episodes(
             source.load_part(index, count),
             server,
             [table],
             options,
-            progress=lambda episodes, steps: queue.put(('progress', episodes, steps)),
+            progress=lambda episodes, steps: pipe.send(('progress', episodes, steps)),
         )
-        queue.put(('done', stats, None))
+        pipe.send(('done', stats, None))
     except Exception as error:  # Reported by the parent as one line.
-        queue.put(('failed', None, f'{type(error).__name__}: {error}'))
+        pipe.send(('failed', None, f'{type(error).__name__}: {error}'))
+    finally:
+        pipe.close()

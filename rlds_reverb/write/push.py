@@ -5,7 +5,8 @@ as whole tensors in a parallel, prefetched `tf.data` map (`rlds_reverb.transform
 Python then only appends rows to a Reverb writer (`rlds_reverb.write.engines`). An episode
 is written whole: its items are created, then the writer's `end_episode` waits until the
 server confirms them. If anything fails part way, `PushError` says exactly how many
-episodes were fully written.
+episodes were fully written. The options are one `PushOptions` (`rlds_reverb.write.options`)
+and the loop is the one every write runs (`rlds_reverb.write.loop`).
 """
 
 from __future__ import annotations
