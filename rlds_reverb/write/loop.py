@@ -468,7 +468,7 @@ class EpisodeLoop:
         for index, plan in indexed_plans:
             if self._check_episode(index, plan):
                 self._check_room(index, plan.num_items - held)
-                if not held:
+                if not held and self._engine is None:
                     self._open_engine(len(tree.flatten(plan.rows)))
                 try:
                     count = self._write(plan, held)
