@@ -54,6 +54,7 @@ _EXPORTS = {
     'validate': 'rlds_reverb.check.validation:validate',
     'ValidationReport': 'rlds_reverb.check.validation:ValidationReport',
     'convert_rlds_to_trajectories': 'rlds_reverb.transform.convert:convert_rlds_to_trajectories',
+    'PushOptions': 'rlds_reverb.write.options:PushOptions',
     'PushStats': 'rlds_reverb.write.push:PushStats',
     'push': 'rlds_reverb.write.push:push',
     'push_rlds_to_reverb': 'rlds_reverb.write.push:push_rlds_to_reverb',
@@ -69,6 +70,7 @@ __all__ = [
     'EndBehavior',
     'ExportError',
     'InvalidEpisodeError',
+    'PushOptions',
     'PushStats',
     'RldsRecorder',
     'RldsReverbError',
@@ -123,6 +125,7 @@ if TYPE_CHECKING:
         convert_rlds_to_trajectories as convert_rlds_to_trajectories,
     )
     from rlds_reverb.write import observers as observers
+    from rlds_reverb.write.options import PushOptions as PushOptions
     from rlds_reverb.write.push import PushStats as PushStats
     from rlds_reverb.write.push import push as push
     from rlds_reverb.write.push import push_rlds_to_reverb as push_rlds_to_reverb

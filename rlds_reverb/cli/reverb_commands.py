@@ -29,7 +29,6 @@ ones with `--port 0`), for tests and demos.
 from __future__ import annotations
 
 import argparse
-import multiprocessing
 import signal
 import sys
 import threading
@@ -43,22 +42,6 @@ __all__ = [
 
 # The library modules (and TensorFlow) are imported inside the functions, so that importing
 # the command line stays cheap and `rlds-reverb` can quiet TensorFlow before it loads.
-
-
-def _load_shard(args: argparse.Namespace, shard: tuple[int, int] | None):
-    """Opens SOURCE, or the part `shard` = (index, count) of it for one worker."""
-    from rlds_reverb.core import errors
-
-    if shard is None:
-        return common.load_source(args)
-    index, count = shard
-    if '[' not in args.split:  # TFDS split slicing reads only this worker's part.
-        low, high = 100 * index // count, 100 * (index + 1) // count
-        try:
-            return common.load_source(args, split=f'{args.split}[{low}%:{high}%]')
-        except errors.SourceError:
-            pass
-    return common.load_source(args).shard(count, index)
 
 
 def _make_item(args: argparse.Namespace):
@@ -190,95 +173,63 @@ def _serve(args: argparse.Namespace) -> int:
     return common.EXIT_OK
 
 
-def _push_shard(args: argparse.Namespace, shard, progress):
-    from rlds_reverb.write import push
+def _make_push_options(args: argparse.Namespace):
+    """Returns the command's one `PushOptions` (what every push path writes with)."""
+    from rlds_reverb.write import options
 
-    return push.push(
-        _load_shard(args, shard),
-        args.server,
-        args.table,
+    return options.PushOptions(
         item=_make_item(args),
         on_invalid=args.on_invalid,
         timeout_ms=args.timeout_ms,
         allow_eviction=args.allow_eviction,
-        progress=progress,
-        episode_fields=args.episode_field,
+        episode_fields=tuple(args.episode_field),
         add_ids=args.add_ids,
+        resume=args.resume,
+        checkpoint_every=args.checkpoint_every,
     )
 
 
-def _push_worker(options: dict, index: int, count: int, queue) -> None:
-    """Pushes one shard in a worker process; reports progress and the result on `queue`."""
-    args = argparse.Namespace(**options)
-    try:
-        stats = _push_shard(
-            args, (index, count), lambda episodes, steps: queue.put(('progress', episodes, steps))
-        )
-        queue.put(('done', stats, None))
-    except Exception as error:  # Reported by the parent as one line.
-        queue.put(('failed', None, f'{type(error).__name__}: {error}'))
-
-
-def _run_workers(args: argparse.Namespace, bar: common.ProgressBar) -> tuple[list, list[str]]:
-    """Runs `--workers` processes, one shard each; returns their stats and failures."""
-    context = multiprocessing.get_context('spawn')
-    queue = context.Queue()
-    options = {k: v for k, v in vars(args).items() if k != 'handler'}
-    workers = [
-        context.Process(target=_push_worker, args=(options, i, args.workers, queue))
-        for i in range(args.workers)
-    ]
-    for worker in workers:
-        worker.start()
-    results, failures = [], []
-    while len(results) + len(failures) < len(workers):
-        kind, first, second = queue.get()
-        if kind == 'progress':
-            bar.update(first, second)
-        elif kind == 'done':
-            results.append(first)
-        else:
-            failures.append(second)
-    for worker in workers:
-        worker.join()
-    return results, failures
-
-
-def _push_resumable(args: argparse.Namespace, progress):
-    """Pushes from the first episode the table lacks (`--resume`), checkpointing as asked."""
+def _find_resume_point(args: argparse.Namespace, episodes, options):
+    """Returns where `--resume` starts, after saying so (the table's insert count decides)."""
     from rlds_reverb.serve import table_info
     from rlds_reverb.write import resume
 
-    episodes, item = common.load_source(args), _make_item(args)
-    start = 0
-    if args.resume:
-        client = table_info.connect(args.server)  # A dead server is named before counting.
-        counts = resume.count_items_per_episode(episodes, item)
-        inserted = resume.count_inserted(client, args.table, timeout_ms=args.timeout_ms)
-        start = resume.find_resume_point(inserted, counts)
-        held = f'episodes 0..{start.episode - 1} of the dataset' if start.episode else 'no episode'
-        part = (
-            f' and the first {start.items} items of episode {start.episode}' if start.items else ''
-        )
-        print(
-            f'Table {args.table!r} holds {inserted} items: {held}{part}; resuming at episode '
-            f'{start.episode} of {len(counts)}.',
-            flush=True,
-        )
-    return resume.push_resumable(
-        episodes,
-        args.server,
-        args.table,
-        item=item,
-        checkpoint_every=args.checkpoint_every,
-        start_episode=start,
-        on_invalid=args.on_invalid,
-        timeout_ms=args.timeout_ms,
-        allow_eviction=args.allow_eviction,
-        progress=progress,
-        episode_fields=args.episode_field,
-        add_ids=args.add_ids,
+    client = table_info.connect(args.server)  # A dead server is named before counting.
+    counts = resume.count_items_per_episode(episodes, options.item)
+    inserted = resume.count_inserted(client, args.table, timeout_ms=args.timeout_ms)
+    start = resume.find_resume_point(inserted, counts)
+    held = f'episodes 0..{start.episode - 1} of the dataset' if start.episode else 'no episode'
+    part = f' and the first {start.items} items of episode {start.episode}' if start.items else ''
+    print(
+        f'Table {args.table!r} holds {inserted} items: {held}{part}; resuming at episode '
+        f'{start.episode} of {len(counts)}.',
+        flush=True,
     )
+    return start
+
+
+def _push_to_one_server(args: argparse.Namespace, progress):
+    """Pushes SOURCE into `--server` (from `--workers` processes); returns stats, failures."""
+    from rlds_reverb.write import parallel, resume
+
+    options = _make_push_options(args)
+    if options.resume or options.checkpoint_every is not None:
+        episodes = common.load_source(args)
+        start = _find_resume_point(args, episodes, options) if options.resume else 0
+        stats = resume.push_resumable(
+            episodes,
+            args.server,
+            args.table,
+            start_episode=start,
+            progress=progress,
+            options=options,
+        )
+        return stats, []
+    source = parallel.ParallelSource(args.source, args.split, getattr(args, 'data_dir', None))
+    result = parallel.push_in_parallel(
+        source, args.server, args.table, options, workers=args.workers, progress=progress
+    )
+    return result.stats, result.failures
 
 
 def _check_push_options(args: argparse.Namespace, item) -> None:
@@ -344,12 +295,9 @@ def _push_beam(args: argparse.Namespace) -> int:
             args.table,
             split=args.split,
             data_dir=args.data_dir,
-            item=_make_item(args),
-            on_invalid=args.on_invalid,
-            timeout_ms=args.timeout_ms,
-            allow_eviction=args.allow_eviction,
             pipeline_options=_beam_flags(args),
             progress=_progress,
+            options=_make_push_options(args),
         )
     finally:
         bar.close()
@@ -358,8 +306,6 @@ def _push_beam(args: argparse.Namespace) -> int:
 
 
 def _push(args: argparse.Namespace) -> int:
-    from rlds_reverb.write import push
-
     if args.servers:
         return _push_beam(args)
     if args.beam_args:
@@ -369,17 +315,9 @@ def _push(args: argparse.Namespace) -> int:
     _check_push_options(args, _make_item(args))
     bar = common.ProgressBar(disable=args.no_progress)
     try:
-        if args.resume or args.checkpoint_every is not None:
-            results, failures = [_push_resumable(args, bar.update)], []
-        elif args.workers == 1:
-            results, failures = [_push_shard(args, None, bar.update)], []
-        else:
-            results, failures = _run_workers(args, bar)
+        total, failures = _push_to_one_server(args, bar.update)
     finally:
         bar.close()
-    total = push.PushStats()
-    for stats in results:
-        total = total.merge(stats)
     print(
         f'Pushed {total.items.get(args.table, 0)} items ({total.episodes} episodes, '
         f'{total.steps} steps, {total.skipped_episodes} skipped) into {args.table!r} at '

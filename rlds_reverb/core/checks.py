@@ -84,3 +84,18 @@ def check_number_above(
             f'{argument}={value!r} is not valid; expected a finite number {relation} {minimum}.'
         )
     return float(value)
+
+
+def check_bool(value: Any, *, argument: str, error: type[Exception] = ValueError) -> bool:
+    """Returns `value` as a bool after checking it is one (a switch, not a count or a string).
+
+    Raises:
+      ValueError: (or `error`) If `value` is not `True` or `False` (NumPy's bools pass).
+
+    Example:
+      >>> check_bool(True, argument='add_ids')
+      True
+    """
+    if not isinstance(value, bool) and type(value).__name__ != 'bool_':
+        raise error(f'{argument}={value!r} is not valid; expected True or False.')
+    return bool(value)

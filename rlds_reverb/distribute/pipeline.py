@@ -49,7 +49,6 @@ import tempfile
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
 
 import apache_beam as beam
 import numpy as np
@@ -72,10 +71,11 @@ from rlds_reverb.core import errors, specs, types
 from rlds_reverb.distribute import routing
 from rlds_reverb.read import loading, records
 from rlds_reverb.serve import table_info
+from rlds_reverb.transform import carry
 from rlds_reverb.transform import items as items_lib
 from rlds_reverb.transform.plans import PriorityFn, make_episode_plans, summarize_episodes
-from rlds_reverb.write import engines, resume
-from rlds_reverb.write import push as push_lib
+from rlds_reverb.write import engines, loop
+from rlds_reverb.write import options as options_lib
 
 __all__ = [
     'BeamPushResult',
@@ -106,7 +106,7 @@ _DECODED_TO_COUNT = 'episodes_decoded_to_count'
 _DECODED_TO_WRITE = 'episodes_decoded_to_write'
 
 
-# Defined with the package's other errors; the name stays importable from here.
+# Defined in `rlds_reverb.core.errors` (importable from here too).
 DistributedPushError = errors.DistributedPushError
 
 
@@ -118,15 +118,17 @@ class _Job:
     split: str
     servers: tuple[str, ...]
     table: str
-    item: items_lib.ItemKind
-    priority: float | PriorityFn
-    policy_info_fn: Any
-    mode: types.ValidationMode
-    engine: engines.EngineKind
-    timeout_ms: int
-    max_in_flight_items: int
-    allow_eviction: bool
+    options: options_lib.PushOptions
     result_dir: str
+    step_spec: dict  # Of the episodes as written (with carried fields).
+
+    @property
+    def item(self) -> items_lib.ItemKind:
+        return self.options.item
+
+    @property
+    def mode(self) -> types.ValidationMode:
+        return self.options.on_invalid
 
 
 @dataclasses.dataclass
@@ -462,7 +464,12 @@ def _plan_episodes(job: _Job, indices: Sequence[int], decoded: tf.Variable) -> t
     wanted = np.zeros(indices[-1] - first + 1, dtype=bool)
     wanted[np.asarray(indices) - first] = True
     wanted = tf.constant(wanted)
-    loaded = _read_range(job, first, len(wanted))
+    loaded = carry.carry_episode_fields(
+        _read_range(job, first, len(wanted)),
+        job.options.episode_fields,
+        add_ids=job.options.add_ids,
+        first_id=first,  # Ids are the episodes' indices in the split (shard order).
+    )
     picked = (
         episodes_lib.to_whole_episodes(loaded)
         .map(episodes_lib.without_autograph(lambda episode: _count_episode(decoded, episode)))
@@ -473,8 +480,8 @@ def _plan_episodes(job: _Job, indices: Sequence[int], decoded: tf.Variable) -> t
     return make_episode_plans(
         episodes_lib.from_whole_episodes(picked),
         job.item,
-        priority=job.priority,
-        policy_info_fn=job.policy_info_fn,
+        priority=job.options.priority,
+        policy_info_fn=job.options.policy_info_fn,
     )
 
 
@@ -485,7 +492,7 @@ def _count_episode(decoded: tf.Variable, episode: dict) -> dict:
 
 
 def _read_plans(job: _Job, episodes: list[_Episode]):
-    """Yields the plans of `episodes`; fails if one no longer reads as it was counted."""
+    """Yields `(index, plan)` of `episodes`; fails if one no longer reads as it was counted."""
     decoded = tf.Variable(0, dtype=tf.int64, trainable=False)
     try:
         yield from _check_plans(job, episodes, decoded)
@@ -506,64 +513,38 @@ def _check_plans(job: _Job, episodes: list[_Episode], decoded: tf.Variable):
                 episodes_written=0,
                 items_written=0,
             )
-        yield plan
+        yield episode.index, plan
 
 
 def _write_episodes(job: _Job, address: str, episodes: list[_Episode], done: dict) -> None:
-    """Writes what the table lacks of `episodes` (in order); updates `done` as it goes."""
+    """Writes what the table lacks of `episodes` (in order); updates `done` as it goes.
+
+    The table's insert count says where to start (`loop.find_resume_point`); the write goes
+    through the one episode loop of every push (`rlds_reverb.write.loop.EpisodeLoop`).
+    """
     client = reverb.Client(address)
-    info = table_info.fetch_table_info(client, job.table, timeout_ms=job.timeout_ms)
+    info = table_info.fetch_table_info(client, job.table, timeout_ms=job.options.timeout_ms)
     inserted = table_info.count_inserted(info)
     done['before'] = inserted
     counts = np.array([e.num_items for e in episodes], dtype=np.int64)
-    point = resume.find_resume_point(inserted, counts)
-    remaining = int(counts.sum()) - inserted
-    if not job.allow_eviction and remaining > table_info.count_free_slots(info):
-        raise errors.TableTooSmallError(
-            f'Table {job.table!r} has room for {table_info.count_free_slots(info)} more item(s) '
-            f'before evicting any; this server needs {remaining} more. Use a larger max_size, '
-            'more servers, or allow_eviction=True.',
-            episodes_written=0,
-            items_written=0,
-        )
+    point = loop.find_resume_point(inserted, counts)
     done['episodes'], done['items'] = point.episode, inserted
     if not episodes or point.episode == len(episodes):
         return
-    constant = None if callable(job.priority) else float(job.priority)
-    plans = _read_plans(job, episodes[point.episode :])
-    if point.items:
-        done['items'] += resume.write_remaining_items(
-            client,
-            job.table,
-            next(plans),
-            point.items,
-            item=job.item,
-            priority=constant,
-            timeout_ms=job.timeout_ms,
-            max_in_flight_items=job.max_in_flight_items,
-        )
-        done['episodes'] += 1
-    engine = None
+    writer = loop.EpisodeLoop(
+        client,
+        [job.table],
+        job.options,
+        step_spec=job.step_spec,
+        free_slots=table_info.count_free_slots(info),
+        start=loop.ResumePoint(episodes[point.episode].index, point.items),
+    )
+    writer.check_room_ahead(int(counts.sum()) - inserted, advice='this server')
     try:
-        for plan in plans:
-            if engine is None:
-                engine = engines.make_engine(
-                    client,
-                    job.item,
-                    [job.table],
-                    num_columns=len(tree.flatten(plan.rows)),
-                    priority=constant,
-                    kind=job.engine,
-                    max_in_flight_items=job.max_in_flight_items,
-                    timeout_ms=job.timeout_ms,
-                )
-            done['items'] += engine.write_episode(plan)
-            done['episodes'] += 1
-        if engine is not None:
-            done['items'] += engine.finish()
+        writer.run(_read_plans(job, episodes[point.episode :]))
     finally:
-        if engine is not None:
-            engine.close()  # On every path: a writer left to its destructor can hang a worker.
+        done['episodes'] = point.episode + writer.stats.episodes
+        done['items'] = inserted + writer.items_written
 
 
 def _describe_write_failure(job: _Job, address: str, error: Exception, done: dict) -> str:
@@ -743,13 +724,16 @@ def push_with_beam(
     priority: float | PriorityFn = 1.0,
     on_invalid: types.ValidationMode | str = types.ValidationMode.RAISE,
     policy_info_fn: specs.PolicyInfoFn = None,
-    timeout_ms: int = push_lib.DEFAULT_TIMEOUT_MS,
-    max_in_flight_items: int = push_lib.DEFAULT_MAX_IN_FLIGHT_ITEMS,
+    timeout_ms: int = options_lib.DEFAULT_TIMEOUT_MS,
+    max_in_flight_items: int = options_lib.DEFAULT_MAX_IN_FLIGHT_ITEMS,
     allow_eviction: bool = False,
     engine: engines.EngineKind | str = engines.EngineKind.AUTO,
     pipeline_options: PipelineOptions | Sequence[str] | None = None,
     result_dir: str | None = None,
     progress: ProgressFn | None = None,
+    episode_fields: Sequence[str] = (),
+    add_ids: bool = False,
+    options: options_lib.PushOptions | None = None,
 ) -> BeamPushResult:
     """Pushes a TFDS RLDS dataset into one table on one or several Reverb servers, on Beam.
 
@@ -777,13 +761,22 @@ def push_with_beam(
         temp dir, removed when the push ends.
       progress: Optional `fn(items)`, called about every 0.5 s with the items the servers
         gained so far.
+      episode_fields: Episode-level fields to copy into every item of their episode (as
+        for `push`).
+      add_ids: Also give every item `episode_id` (the episode's index in the split, in
+        shard order, which is its position in `load`'s order when no shard holds more than
+        16 episodes or the dataset disables shuffling) and `step_index`.
+      options: The write options as one `PushOptions` (then pass none of them as
+        keywords); its `resume` does not matter (the pipeline always resumes) and
+        `checkpoint_every` must be None.
 
     Returns:
       `BeamPushResult`: episodes, steps, items and skipped episodes per server, with what
       each server reports (`inserted`); the items equal the servers' insert counts.
 
     Raises:
-      ValueError: If an option is invalid (including items that cross episodes).
+      ValueError: If an option is invalid (including items that cross episodes, and
+        `checkpoint_every`), or an `episode_fields` name is not an episode-level field.
       SourceError: If the source is not a prepared TFDS RLDS dataset.
       ReverbConnectionError: If a server does not answer at start (named; nothing written).
       TableError: If the table is missing on a server (lists the tables that exist).
@@ -798,16 +791,29 @@ def push_with_beam(
       >>> print(result.format())
     """
     started = time.perf_counter()
-    item = items_lib.TwoStep() if item is None else item
-    push_lib._check_options(item, priority, timeout_ms, max_in_flight_items)
+    options = options_lib.merge_options(
+        options,
+        item=item,
+        priority=priority,
+        on_invalid=on_invalid,
+        policy_info_fn=policy_info_fn,
+        timeout_ms=timeout_ms,
+        max_in_flight_items=max_in_flight_items,
+        allow_eviction=allow_eviction,
+        engine=engine,
+        episode_fields=episode_fields,
+        add_ids=add_ids,
+    )
+    item = options.item
     if item.crosses_episodes:
         raise ValueError(
             f'{item} items cross episodes; the Beam pipeline writes per-episode items only.'
         )
-    mode = types.parse_on_invalid(on_invalid, function='push_with_beam')
-    if mode is types.ValidationMode.REPORT:
-        raise ValueError("on_invalid='report' writes nothing; call rlds_reverb.validate().")
-    engine = types.as_enum(engines.EngineKind, engine, argument='engine')
+    if options.checkpoint_every is not None:
+        raise ValueError(
+            'checkpoint_every is not valid for push_with_beam: the pipeline resumes from the '
+            "tables' insert counts; checkpoint the servers themselves."
+        )
     addresses = [s.strip() for s in servers.split(',')] if isinstance(servers, str) else servers
     addresses = [str(a) for a in addresses]
     if not addresses or len(set(addresses)) != len(addresses):
@@ -815,14 +821,19 @@ def push_with_beam(
     for address in addresses:  # A dead server is named before the dataset is opened.
         _connect(address, addresses)
     builder = loading.open_builder(source, data_dir=data_dir)
-    options = _make_options(pipeline_options)
+    beam_options = _make_options(pipeline_options)
     shards = routing.group_shard_ranges(
-        routing.list_shard_ranges(builder, split), _GROUPS_PER_WORKER * _count_workers(options)
+        routing.list_shard_ranges(builder, split), _GROUPS_PER_WORKER * _count_workers(beam_options)
     )
-    episodes = loading.load(builder.data_dir, split=split)  # Checks features and shards.
-    validation.check_step_spec(specs.get_step_spec(episodes))
-    item_spec = item.compute_item_spec(episodes, policy_info_fn=policy_info_fn)
-    before = _check_servers(addresses, table, item_spec, timeout_ms)
+    episodes = carry.carry_episode_fields(  # Checks features, shards and carried fields.
+        loading.load(builder.data_dir, split=split),
+        options.episode_fields,
+        add_ids=options.add_ids,
+    )
+    step_spec = specs.get_step_spec(episodes)
+    validation.check_step_spec(step_spec)
+    item_spec = item.compute_item_spec(episodes, policy_info_fn=options.policy_info_fn)
+    before = _check_servers(addresses, table, item_spec, options.timeout_ms)
     # Our own result directory (mkdtemp: mode 0700) goes when the push ends, also on failure.
     own_result_dir = None if result_dir else tempfile.mkdtemp(prefix='rlds_reverb_beam_')
     job = _Job(
@@ -830,18 +841,12 @@ def push_with_beam(
         split=split,
         servers=tuple(addresses),
         table=table,
-        item=item,
-        priority=priority,
-        policy_info_fn=policy_info_fn,
-        mode=mode,
-        engine=engine,
-        timeout_ms=timeout_ms,
-        max_in_flight_items=max_in_flight_items,
-        allow_eviction=allow_eviction,
+        options=options,
         result_dir=result_dir or own_result_dir,
+        step_spec=step_spec,
     )
     try:
-        result = _run_pipeline(job, options, shards, before, progress)
+        result = _run_pipeline(job, beam_options, shards, before, progress)
     finally:
         if own_result_dir:
             shutil.rmtree(own_result_dir, ignore_errors=True)

@@ -15,8 +15,8 @@ from collections.abc import Sequence
 
 import tensorflow as tf
 
+from rlds_reverb.core import checks, types
 from rlds_reverb.core import episodes as episodes_lib
-from rlds_reverb.core import types
 
 __all__ = [
     'ID_FIELDS',
@@ -62,6 +62,7 @@ def carry_episode_fields(
     fields: Sequence[str] = (),
     *,
     add_ids: bool = False,
+    first_id: int = 0,
 ) -> tf.data.Dataset:
     """Returns the RLDS dataset with episode fields (and ids) copied into every step.
 
@@ -71,17 +72,21 @@ def carry_episode_fields(
         under the same name.
       add_ids: Also add `episode_id` (int64: the episode's position in `episodes`, from 0)
         and `step_index` (int64: t) to every step.
+      first_id: The `episode_id` of the first episode (a part read from the middle of a
+        dataset keeps the ids of the whole).
 
     Returns:
       The RLDS dataset; episode-level fields stay where they were too.
 
     Raises:
-      ValueError: If a field is not an episode-level field, or clashes with a step field.
+      ValueError: If a field is not an episode-level field, or clashes with a step field,
+        or `first_id` is not an integer >= 0.
 
     Example:
       >>> carried = carry_episode_fields(episodes, ('agent_id',), add_ids=True)
       >>> rlds_reverb.push(carried, address, 'replay', item=items.TwoStep())
     """
+    first_id = checks.check_int_at_least(first_id, 0, argument='first_id')
     spec = episodes.element_spec
     step_spec = spec[types.STEPS].element_spec
     fields = check_carry_options(step_spec, spec, fields, add_ids=add_ids)
@@ -98,7 +103,7 @@ def carry_episode_fields(
 
         added = {name: tf.nest.map_structure(_repeat, episode[name]) for name in fields}
         if add_ids:
-            added[types.EPISODE_ID] = tf.fill([length], tf.cast(episode_id, tf.int64))
+            added[types.EPISODE_ID] = tf.fill([length], tf.cast(episode_id, tf.int64) + first_id)
             added[types.STEP_INDEX] = tf.range(length, dtype=tf.int64)
         return {**episode, types.STEPS: {**steps, **added}}
 

@@ -5,203 +5,42 @@ as whole tensors in a parallel, prefetched `tf.data` map (`rlds_reverb.transform
 Python then only appends rows to a Reverb writer (`rlds_reverb.write.engines`). An episode
 is written whole: its items are created, then the writer's `end_episode` waits until the
 server confirms them. If anything fails part way, `PushError` says exactly how many
-episodes were fully written.
+episodes were fully written. The options are one `PushOptions` (`rlds_reverb.write.options`)
+and the loop is the one every write runs (`rlds_reverb.write.loop`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import time
 import warnings
 from collections.abc import Sequence
 
-import numpy as np
 import reverb
 import tensorflow as tf
-import tree
 
-from rlds_reverb.check import validation
-from rlds_reverb.core import checks, specs, types
-from rlds_reverb.core.errors import (
-    EpisodeTooLongError,
-    InvalidEpisodeError,
-    PushError,
-    ReverbConnectionError,
-    SpecMismatchError,
-    TableTooSmallError,
-)
+from rlds_reverb.core import specs, types
+from rlds_reverb.core.errors import SpecMismatchError
 from rlds_reverb.core.specs import PolicyInfoFn
-from rlds_reverb.serve import table_info
-from rlds_reverb.transform import carry, convert
+from rlds_reverb.transform import convert
 from rlds_reverb.transform import items as items_lib
-from rlds_reverb.transform.plans import EpisodePlan, PriorityFn, make_episode_plans
-from rlds_reverb.write import engines, observers
+from rlds_reverb.transform.plans import PriorityFn
+from rlds_reverb.write import engines, loop, observers
+from rlds_reverb.write import options as options_lib
+from rlds_reverb.write.loop import ProgressFn, PushStats
+from rlds_reverb.write.options import (
+    DEFAULT_MAX_IN_FLIGHT_ITEMS,
+    DEFAULT_TIMEOUT_MS,
+    PushOptions,
+)
 
 __all__ = [
     'DEFAULT_MAX_IN_FLIGHT_ITEMS',
     'DEFAULT_TIMEOUT_MS',
     'ProgressFn',
+    'PushOptions',
     'PushStats',
     'push',
     'push_rlds_to_reverb',
 ]
-
-ProgressFn = types.EpisodeProgressFn  # The 0.1 name.
-
-DEFAULT_TIMEOUT_MS = 60_000
-# Below the 50 pending items at which Reverb logs "pending items is alarmingly high" on every
-# tenth item; as fast here as 1,000 (benchmarks/push.py).
-DEFAULT_MAX_IN_FLIGHT_ITEMS = 48
-# What a writer raises when the server fails it part way (a dead server: ReverbConnectionError).
-_WRITE_ERRORS = (reverb.errors.ReverbError, ReverbConnectionError, RuntimeError, ValueError)
-
-
-@dataclasses.dataclass
-class PushStats:
-    """What a push wrote: episodes, steps and items per table, skipped episodes, seconds."""
-
-    episodes: int = 0
-    steps: int = 0
-    items: dict[str, int] = dataclasses.field(default_factory=dict)
-    skipped_episodes: int = 0
-    seconds: float = 0.0
-
-    @property
-    def steps_per_second(self) -> float:
-        """Steps of written episodes per second of push."""
-        return self.steps / self.seconds if self.seconds > 0 else 0.0
-
-    def merge(self, other: PushStats) -> PushStats:
-        """Returns the sum of two pushes' stats (seconds: the longer one, as run in parallel)."""
-        items = dict(self.items)
-        for table, count in other.items.items():
-            items[table] = items.get(table, 0) + count
-        return PushStats(
-            episodes=self.episodes + other.episodes,
-            steps=self.steps + other.steps,
-            items=items,
-            skipped_episodes=self.skipped_episodes + other.skipped_episodes,
-            seconds=max(self.seconds, other.seconds),
-        )
-
-
-def _check_options(item, priority, timeout_ms, max_in_flight_items) -> None:
-    """Raises ValueError naming the first invalid push option."""
-    if not isinstance(item, items_lib.ItemKind):
-        raise ValueError(
-            f'item={item!r} is not valid; expected items.TwoStep(), items.NStep(n, gamma), '
-            'items.Sequence(length, period, end) or items.Episode(max_length).'
-        )
-    if callable(priority):
-        if item.crosses_episodes:
-            raise ValueError(
-                'A priority function needs per-episode items; CONTINUE sequences '
-                'take a constant priority.'
-            )
-    elif (
-        isinstance(priority, bool)
-        or not isinstance(priority, int | float)
-        or not (np.isfinite(priority) and priority >= 0)
-    ):
-        raise ValueError(
-            f'priority={priority!r} is not valid; expected a finite number >= 0 '
-            'or a function of the item batch.'
-        )
-    checks.check_int_at_least(timeout_ms, 1, argument='timeout_ms')
-    checks.check_int_at_least(max_in_flight_items, 1, argument='max_in_flight_items')
-
-
-@dataclasses.dataclass
-class _Pusher:
-    """The per-episode loop of a push: validate, check room, write, count."""
-
-    engine: engines.WriterEngine
-    checker: validation.EpisodeChecker
-    item: items_lib.ItemKind
-    table_names: list[str]
-    mode: types.ValidationMode
-    free_slots: int
-    allow_eviction: bool
-    progress: ProgressFn | None
-    stats: PushStats
-    address: str
-
-    def _items_written(self) -> int:
-        return self.stats.items.get(self.table_names[0], 0)
-
-    def _fail(self, index: int, error: Exception) -> PushError:
-        written = self.stats.episodes
-        items = self._items_written()
-        return PushError(
-            f'Push to {self.address} failed at episode {index}: {str(error).rstrip(".")}. '
-            f'{written} episode(s) were fully written ({items} items per table); episode '
-            f'{index} may be partly written (its items up to the failure).',
-            episodes_written=written,
-            items_written=items,
-        )
-
-    def _check_episode(self, index: int, plan: EpisodePlan | Exception) -> bool:
-        """Returns whether to write the episode; raises for invalid data in raise mode.
-
-        `plan` is the error raised while reading the episode when it could not be decoded.
-        """
-        problems = self.checker.find_problems(
-            index, plan if isinstance(plan, Exception) else plan.summary
-        )
-        if problems:
-            if self.mode is types.ValidationMode.SKIP:
-                self.stats.skipped_episodes += 1
-                return False
-            error = InvalidEpisodeError(index, problems)
-            error.add_note(f'{self.stats.episodes} episode(s) before it were fully written.')
-            error.episodes_written = self.stats.episodes
-            raise error
-        reason = self.item.describe_length_problem(plan.length)
-        if reason:
-            raise EpisodeTooLongError(
-                f'Episode {index}: {reason}. {self.stats.episodes} episode(s) were fully '
-                'written before it.',
-                episodes_written=self.stats.episodes,
-                items_written=self._items_written(),
-            )
-        return True
-
-    def _check_room(self, index: int, count: int) -> None:
-        written = self._items_written()
-        if self.allow_eviction or written + count <= self.free_slots:
-            return
-        raise TableTooSmallError(
-            f'Table(s) {self.table_names} at {self.address} have room for {self.free_slots} '
-            f'more item(s) before evicting any; episode {index} would bring this push to '
-            f'{written + count} items. {self.stats.episodes} episode(s) were fully written '
-            f'({written} items). Use a larger max_size, or pass allow_eviction=True.',
-            episodes_written=self.stats.episodes,
-            items_written=written,
-        )
-
-    def _add_items(self, count: int) -> None:
-        for table in self.table_names:
-            self.stats.items[table] = self.stats.items.get(table, 0) + count
-
-    def run(self, plans: tf.data.Dataset) -> None:
-        index = -1
-        for index, plan in validation.read_episodes(plans):
-            if not self._check_episode(index, plan):
-                continue
-            self._check_room(index, plan.num_items)
-            try:
-                count = self.engine.write_episode(plan)
-            except _WRITE_ERRORS as e:
-                raise self._fail(index, e) from e
-            self._add_items(count)
-            self.stats.episodes += 1
-            self.stats.steps += plan.length
-            if self.progress is not None:
-                self.progress(1, plan.length)
-        try:
-            self._add_items(self.engine.finish())
-        except _WRITE_ERRORS as e:
-            raise self._fail(index + 1, e) from e
 
 
 def push(
@@ -220,6 +59,7 @@ def push(
     progress: ProgressFn | None = None,
     episode_fields: Sequence[str] = (),
     add_ids: bool = False,
+    options: PushOptions | None = None,
 ) -> PushStats:
     """Validates RLDS episodes and writes them into Reverb table(s) as items, fast.
 
@@ -251,13 +91,16 @@ def push(
         several writers filled at once (one writer's two-step items export without
         ids, from their insertion order). Like other extra
         step fields, carried fields go into `policy_info` of two-step items.
+      options: All of the write options above as one `PushOptions` (also `resume` and
+        `checkpoint_every`); then pass none of them as keywords.
 
     Returns:
       `PushStats`; `items[table]` is exactly the number of items the table gained.
 
     Raises:
-      ValueError: If an option is invalid, or the dataset holds no RLDS steps, or an
-        `episode_fields` name is not an episode-level field (or is already a step field).
+      ValueError: If an option is invalid (or given both in `options` and as a keyword), or
+        the dataset holds no RLDS steps, or an `episode_fields` name is not an episode-level
+        field (or is already a step field).
       ReverbConnectionError: If nothing answers at the server's address, or the server
         does not answer within `timeout_ms`; names the address.
       TableError: If a table does not exist (lists those that do).
@@ -272,51 +115,21 @@ def push(
       >>> stats = rlds_reverb.push(episodes, 'localhost:8000', 'replay',
       ...                          item=items.NStep(3, 0.99), on_invalid='skip')
     """
-    started = time.perf_counter()
-    item = items_lib.TwoStep() if item is None else item
-    _check_options(item, priority, timeout_ms, max_in_flight_items)
-    mode = types.parse_on_invalid(on_invalid, function='push')
-    if mode is types.ValidationMode.REPORT:
-        raise ValueError("on_invalid='report' writes nothing; call rlds_reverb.validate().")
-    engine = types.as_enum(engines.EngineKind, engine, argument='engine')
-    episodes = carry.carry_episode_fields(episodes, episode_fields, add_ids=add_ids)
-    step_spec = specs.get_step_spec(episodes)
-    validation.check_step_spec(step_spec)  # Before the server is contacted.
-    table_names = [table] if isinstance(table, str) else list(table)
-    client = table_info.connect(server)
-    item_spec = item.compute_item_spec(episodes, policy_info_fn=policy_info_fn)
-    infos = table_info.fetch_tables_info(client, table_names, timeout_ms=timeout_ms)
-    for info in infos.values():
-        table_info.check_signature(info, item_spec, found='the items pushed')
-    free_slots = min(table_info.count_free_slots(info) for info in infos.values())
-    plans = make_episode_plans(episodes, item, priority=priority, policy_info_fn=policy_info_fn)
-    writer_engine = engines.make_engine(
-        client,
-        item,
-        table_names,
-        num_columns=len(tree.flatten(plans.element_spec.rows)),
-        priority=None if callable(priority) else float(priority),
-        kind=engine,
-        max_in_flight_items=max_in_flight_items,
-        timeout_ms=timeout_ms,
-    )
-    stats = PushStats(items=dict.fromkeys(table_names, 0))
-    pusher = _Pusher(
-        engine=writer_engine,
-        checker=validation.EpisodeChecker(step_spec),
+    options = options_lib.merge_options(
+        options,
         item=item,
-        table_names=table_names,
-        mode=mode,
-        free_slots=free_slots,
+        priority=priority,
+        on_invalid=on_invalid,
+        policy_info_fn=policy_info_fn,
+        timeout_ms=timeout_ms,
+        max_in_flight_items=max_in_flight_items,
         allow_eviction=allow_eviction,
-        progress=progress,
-        stats=stats,
-        address=client.server_address,
+        engine=engine,
+        episode_fields=episode_fields,
+        add_ids=add_ids,
     )
-    with writer_engine:  # Closed on every path: no writer is left to its destructor.
-        pusher.run(plans)
-    stats.seconds = time.perf_counter() - started
-    return stats
+    table_names = [table] if isinstance(table, str) else list(table)
+    return loop.push_episodes(episodes, server, table_names, options, progress=progress)
 
 
 # TF-Agents' message when the table signature does not match the data (`str(e)` of ours).

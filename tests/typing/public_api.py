@@ -24,6 +24,8 @@ def push_two_ways(address: str, observer: observers.ReverbAddTrajectoryObserver)
         episodes, address, 'replay', item=rlds_reverb.items.TwoStep(), priority=1.0
     )
     stats = stats.merge(rlds_reverb.push(episodes, address, ['a', 'b'], item=items.NStep(3, 0.99)))
+    options = rlds_reverb.PushOptions(item=items.NStep(3, 0.99), priority=1.0)
+    stats = stats.merge(rlds_reverb.push(episodes, address, 'replay', options=options))
     rlds_reverb.push_rlds_to_reverb(episodes, observer)
     wrong: int = rlds_reverb.push(episodes, address, 'replay')  # type: ignore[assignment]
     del wrong
