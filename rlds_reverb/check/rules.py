@@ -158,7 +158,7 @@ class _NumpyOps:
     @staticmethod
     def any_per_step(x: np.ndarray) -> np.ndarray:
         """Reduces a `[T, ...]` bool array to `[T]`."""
-        return x if x.ndim == 1 else x.reshape(x.shape[0], -1).any(axis=1)
+        return x if x.ndim == 1 else x.any(axis=tuple(range(1, x.ndim)))
 
     @staticmethod
     def same_vector(a: np.ndarray, b: np.ndarray) -> np.bool_:
