@@ -50,6 +50,7 @@ class _Plan:
 
     ragged_specs: dict
     step_shapes: dict  # flat key -> per-step shape
+    step_sizes: dict  # flat key -> values per step
     # Field -> its nest of flat keys (the fields the per-step rules read); a nest of
     # `tf.TensorSpec` stands for a discount `load` filled with 1.0.
     checked: dict
@@ -63,7 +64,7 @@ def _plan_checks(serialized_steps: dict, step_spec: dict) -> _Plan | None:
     """Returns the plan, or None unless every step field parses straight to its tensor."""
     flat_specs = example_parser.ExampleParser({types.STEPS: serialized_steps}).flat_feature_specs
     decoded_specs = dict(tree.flatten_with_path(step_spec))
-    ragged_specs, step_shapes = {}, {}
+    ragged_specs, step_shapes, step_sizes = {}, {}, {}
     for path, info in tree.flatten_with_path(serialized_steps):
         key = _record_key(path)
         parse_spec = flat_specs.get(key)
@@ -82,6 +83,7 @@ def _plan_checks(serialized_steps: dict, step_spec: dict) -> _Plan | None:
             dtype=parse_spec.dtype, value_key=key, row_splits_dtype=tf.int64
         )
         step_shapes[key] = tuple(shape[1:].as_list())
+        step_sizes[key] = max(1, shape[1:].num_elements())
     checked = {}
     for field in (*types.FLAG_FIELDS, types.REWARD, types.DISCOUNT):
         if field in serialized_steps:
@@ -94,7 +96,7 @@ def _plan_checks(serialized_steps: dict, step_spec: dict) -> _Plan | None:
             checked[field] = step_spec[field]  # A discount load filled with 1.0.
         else:
             return None
-    return _Plan(ragged_specs, step_shapes, checked)
+    return _Plan(ragged_specs, step_shapes, step_sizes, checked)
 
 
 def _checked_steps(values: dict, plan: _Plan, size: int) -> dict:
@@ -105,7 +107,11 @@ def _checked_steps(values: dict, plan: _Plan, size: int) -> dict:
             return np.ones((size, *key.shape), key.dtype.as_numpy_dtype)
         return values[key].reshape(size, *plan.step_shapes[key])
 
-    steps = {field: tree.map_structure(_array, plan.checked[field]) for field in plan.checked}
+    steps = {
+        # dm-tree only for nested fields: it costs more than the arrays of a batch.
+        field: _array(keys) if isinstance(keys, str) else tree.map_structure(_array, keys)
+        for field, keys in plan.checked.items()
+    }
     for flag in types.FLAG_FIELDS:
         steps[flag] = steps[flag] != 0
     return steps
@@ -120,8 +126,7 @@ def _count_batch(serialized: list[bytes], plan: _Plan) -> EpisodeCounts | None:
     lengths = np.diff(row_splits)
     if rules.is_broken(Rule.NON_EMPTY, rules.NUMPY, lengths).any():
         return None
-    for key, shape in plan.step_shapes.items():
-        step_size = max(1, int(np.prod(shape)))
+    for key, step_size in plan.step_sizes.items():
         if rules.is_broken(
             Rule.READABLE, rules.NUMPY, lengths, np.diff(splits[key]), step_size
         ).any():
