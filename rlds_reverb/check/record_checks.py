@@ -4,10 +4,10 @@
 costs pipeline set-up and a Python step per episode. When `rlds_reverb.load` read the
 dataset from TFRecord shards and every selected step field is a plain tensor (no image or
 other encoded feature, every per-step shape fixed), the rules of docs/semantics.md §2 can
-be decided from the records themselves: one eager parse per batch of records, then NumPy
-over the steps of every episode of the batch at once. Fixed per-step shapes make the
-consistent-shape rule hold by construction, and the parser's row lengths give each field's
-step count.
+be decided from the records themselves: one eager parse per batch of records, then the
+predicates of `rules.RULES`, evaluated with NumPy over the steps of every episode of the
+batch at once. Fixed per-step shapes make the consistent-shape rule hold by construction,
+and the parser's row lengths give each field's step count.
 
 This answers one question: is every episode valid, and if so how many steps, terminated
 and truncated episodes are there? When any episode breaks a rule, or anything cannot be
@@ -26,6 +26,8 @@ import tensorflow as tf
 import tree
 from tensorflow_datasets.core import example_parser
 
+from rlds_reverb.check import rules
+from rlds_reverb.check.rules import Rule
 from rlds_reverb.core import types
 from rlds_reverb.read import records
 
@@ -52,13 +54,14 @@ class EpisodeCounts(NamedTuple):
 
 @dataclasses.dataclass(frozen=True)
 class _Plan:
-    """What to parse and check: flat record keys and per-step sizes."""
+    """What to parse and check: flat record keys, per-step shapes and the checked fields."""
 
     ragged_specs: dict
+    step_shapes: dict  # flat key -> per-step shape
     step_sizes: dict  # flat key -> values per step
-    flags: tuple[str, str, str]  # is_first, is_last, is_terminal keys
-    finite: tuple[str, ...]  # float reward and discount keys
-    unit_range: tuple[str, ...]  # discount keys
+    # Field -> its nest of flat keys (the fields the per-step rules read); a nest of
+    # `tf.TensorSpec` stands for a discount `load` filled with 1.0.
+    checked: dict
 
 
 def _record_key(path: tuple) -> str:
@@ -69,7 +72,7 @@ def _plan_checks(serialized_steps: dict, step_spec: dict) -> _Plan | None:
     """Returns the plan, or None unless every step field parses straight to its tensor."""
     flat_specs = example_parser.ExampleParser({types.STEPS: serialized_steps}).flat_feature_specs
     decoded_specs = dict(tree.flatten_with_path(step_spec))
-    ragged_specs, step_sizes = {}, {}
+    ragged_specs, step_shapes, step_sizes = {}, {}, {}
     for path, info in tree.flatten_with_path(serialized_steps):
         key = _record_key(path)
         parse_spec = flat_specs.get(key)
@@ -87,21 +90,39 @@ def _plan_checks(serialized_steps: dict, step_spec: dict) -> _Plan | None:
         ragged_specs[key] = tf.io.RaggedFeature(
             dtype=parse_spec.dtype, value_key=key, row_splits_dtype=tf.int64
         )
+        step_shapes[key] = tuple(shape[1:].as_list())
         step_sizes[key] = max(1, shape[1:].num_elements())
-    flags = tuple(_record_key((f,)) for f in types.FLAG_FIELDS)
-    finite, unit_range = [], []
-    for field in (types.REWARD, types.DISCOUNT):
-        if field not in serialized_steps:
-            continue  # A discount load filled with 1.0: valid by construction.
-        for path, spec in tree.flatten_with_path(step_spec[field]):
-            key = _record_key((field, *path))
-            if spec.dtype.is_floating:
-                finite.append(key)
-            if field == types.DISCOUNT:
-                unit_range.append(key)
-    if not all(f in ragged_specs for f in flags):
-        return None
-    return _Plan(ragged_specs, step_sizes, flags, tuple(finite), tuple(unit_range))
+    checked = {}
+    for field in (*types.FLAG_FIELDS, types.REWARD, types.DISCOUNT):
+        if field in serialized_steps:
+            checked[field] = tree.map_structure_with_path(
+                lambda path, _, field=field: _record_key((field, *path)), step_spec[field]
+            )
+        elif field == types.DISCOUNT and all(
+            spec.shape.is_fully_defined() for spec in tree.flatten(step_spec[field])
+        ):
+            checked[field] = step_spec[field]  # A discount load filled with 1.0.
+        else:
+            return None
+    return _Plan(ragged_specs, step_shapes, step_sizes, checked)
+
+
+def _checked_steps(values: dict, plan: _Plan, size: int) -> dict:
+    """Returns the checked fields as `[N, ...]` arrays of the batch's N steps (flags bool)."""
+
+    def _array(key):
+        if not isinstance(key, str):  # The discount load fills in.
+            return np.ones((size, *key.shape), key.dtype.as_numpy_dtype)
+        return values[key].reshape(size, *plan.step_shapes[key])
+
+    steps = {
+        # dm-tree only for nested fields: it costs more than the arrays of a batch.
+        field: _array(keys) if isinstance(keys, str) else tree.map_structure(_array, keys)
+        for field, keys in plan.checked.items()
+    }
+    for flag in types.FLAG_FIELDS:
+        steps[flag] = steps[flag] != 0
+    return steps
 
 
 class RecordSummary(NamedTuple):
@@ -152,31 +173,25 @@ def summarize_records(serialized: list[bytes], plan: _Plan) -> RecordSummary:
     parsed = tf.io.parse_example(serialized, plan.ragged_specs)
     values = {k: v.values.numpy() for k, v in parsed.items()}
     splits = {k: v.row_splits.numpy() for k, v in parsed.items()}
-    first_key, last_key, terminal_key = plan.flags
-    lengths = np.diff(splits[first_key])
+    row_splits = splits[plan.checked[types.IS_FIRST]]
+    lengths = np.diff(row_splits)
     nothing = np.zeros(len(lengths), dtype=bool)
-    for key, size in plan.step_sizes.items():
-        if not np.array_equal(np.diff(splits[key]), lengths * size):
+    for key, step_size in plan.step_sizes.items():
+        if rules.is_broken(
+            Rule.READABLE, rules.NUMPY, lengths, np.diff(splits[key]), step_size
+        ).any():
             # A field with another step count (not readable as one episode) shifts every
             # later record's values against the flags': these records decide nothing.
             return RecordSummary(lengths, nothing, nothing)
-    nonempty = lengths > 0
-    starts, ends = splits[first_key][:-1][nonempty], splits[first_key][1:][nonempty] - 1
-    first, last = values[first_key] != 0, values[last_key] != 0
-    terminal = values[terminal_key] != 0
-    owner = np.repeat(np.arange(len(lengths)), lengths)
-    clean = nonempty.copy()
-    clean[nonempty] &= first[starts] & last[ends]
-    clean &= np.bincount(owner, weights=first, minlength=len(lengths)) == 1
-    clean &= np.bincount(owner, weights=last, minlength=len(lengths)) == 1
-    clean &= ~_find_episodes_with(terminal & ~last, lengths)
-    for key in plan.finite:
-        clean &= ~_find_episodes_with(~np.isfinite(values[key]), lengths * plan.step_sizes[key])
-    for key in plan.unit_range:
-        outside = (values[key] < 0) | (values[key] > 1)
-        clean &= ~_find_episodes_with(outside, lengths * plan.step_sizes[key])
+    clean = ~np.asarray(rules.is_broken(Rule.NON_EMPTY, rules.NUMPY, lengths), dtype=bool)
+    steps = _checked_steps(values, plan, int(lengths.sum()))
+    at = rules.flat_step_index(row_splits)
+    for mask in rules.iterate_step_checks(rules.NUMPY, at, steps):
+        clean &= ~_find_episodes_with(mask, lengths)
     terminated = nothing.copy()
-    terminated[nonempty] = terminal[ends]
+    nonempty = lengths > 0
+    ends = row_splits[1:][nonempty] - row_splits[0] - 1
+    terminated[nonempty] = steps[types.IS_TERMINAL][ends]
     return RecordSummary(lengths, clean, terminated & clean)
 
 

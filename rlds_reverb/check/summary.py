@@ -3,7 +3,7 @@
 `describe_dataset_files` answers without TensorFlow (`rlds_reverb.read.raw_records`) for a
 TFDS directory in the default layout, in a fraction of the time TensorFlow takes to import;
 `stats.describe_dataset` reads any RLDS dataset through TF. Both give the same `DatasetStats`
-(tests/test_info_files.py compares them).
+(tests/check/test_info_files.py compares them).
 """
 
 from __future__ import annotations

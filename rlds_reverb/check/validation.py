@@ -16,7 +16,6 @@ per-rule masks reach Python. Three entry points share them:
 from __future__ import annotations
 
 import dataclasses
-import enum
 import itertools
 import re
 from collections.abc import Iterator
@@ -26,7 +25,8 @@ import numpy as np
 import tensorflow as tf
 import tree
 
-from rlds_reverb.check import record_checks
+from rlds_reverb.check import record_checks, rules
+from rlds_reverb.check.rules import Rule
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import specs, types
 from rlds_reverb.core.errors import InvalidEpisodeError, SpecMismatchError
@@ -44,63 +44,8 @@ _SHOWN_STEPS = 5
 # How TF's example parser names the field it failed on.
 _PARSER_KEY = re.compile(r'Key: (?:steps/)?([\w/]+)')
 
-
-# TF-Agents' converter's messages for the flag rules (`tf_agents.replay_buffers.
-# rlds_to_reverb`), kept in ours so that code matching them keeps working.
-_TFA_MID_THEN_FIRST = 'Mid step should not be followed by a first step.'
-_TFA_LAST_THEN_FIRST = 'Last step of an episode must be followed by a first step.'
-_TFA_TERMINAL_IS_LAST = 'Terminal step must be the last step of an episode.'
-
-
-class Rule(enum.Enum):
-    """A validation rule: its id, what to do when it is broken, and TF-Agents' sentence.
-
-    `hint` is what to do, followed by TF-Agents' message for the same defect when it has
-    one (`tf_agents_message`).
-    """
-
-    NON_EMPTY = ('non_empty', 'an episode needs at least one step; drop empty episodes')
-    FIRST_AT_START = (
-        'is_first_at_start',
-        'set is_first on the first step of each episode',
-        _TFA_LAST_THEN_FIRST,
-    )
-    FIRST_ONLY_AT_START = (
-        'is_first_only_at_start',
-        'is_first may be true only on step 0; split the episode where a new one starts',
-        _TFA_MID_THEN_FIRST,
-    )
-    LAST_AT_END = (
-        'is_last_at_end',
-        'set is_last on the final step of each episode',
-        _TFA_MID_THEN_FIRST,
-    )
-    LAST_ONLY_AT_END = (
-        'is_last_only_at_end',
-        'is_last may be true only on the final step; split the episode where it ends',
-        _TFA_LAST_THEN_FIRST,
-    )
-    TERMINAL_IMPLIES_LAST = (
-        'is_terminal_implies_is_last',
-        'is_terminal may be true only on the final step, together with is_last',
-        _TFA_TERMINAL_IS_LAST,
-    )
-    FINITE = ('finite', 'replace NaN/Inf values, or drop the episode')
-    DISCOUNT_IN_RANGE = ('discount_in_0_1', 'discounts must lie in [0, 1]')
-    CONSISTENT_SHAPE = (
-        'consistent_shape',
-        'every episode must have the same per-step shape as the first one; reshape or drop it',
-    )
-    READABLE = (
-        'readable',
-        'the episode could not be decoded (for a TFDS directory, `rlds-reverb validate` or '
-        "rlds_reverb.load(..., check_files='full') names its shard, record and field)",
-    )
-
-    def __init__(self, rule_id: str, advice: str, tf_agents_message: str = ''):
-        self.rule_id = rule_id
-        self.tf_agents_message = tf_agents_message
-        self.hint = f'{advice} (TF-Agents: {tf_agents_message})' if tf_agents_message else advice
+# Marks where a tensor goes in a message template filled in graph.
+_MARK = '\x00'
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,10 +66,7 @@ class Problem:
             shown = ', '.join(str(s) for s in self.steps[:_SHOWN_STEPS])
             more = len(self.steps) - _SHOWN_STEPS
             where = f'steps {shown}' + (f' and {more} more' if more > 0 else '')
-        return (
-            f'episode {self.episode}, {where}, field {self.field}, '
-            f'rule {self.rule.rule_id}: {self.hint}'
-        )
+        return rules.format_problem(self.episode, where, self.field, self.rule, self.hint)
 
     def as_row(self) -> tuple[int, int, str, str, str]:
         """Returns (episode index, step index, field, rule, hint)."""
@@ -201,55 +143,27 @@ def check_step_spec(step_spec: dict) -> None:
 
 
 def list_checks(step_spec: dict) -> list[_Check]:
-    """Returns the per-step checks, in the order `compute_problem_masks` stacks them."""
-    checks = [
-        _Check(Rule.FIRST_AT_START, types.IS_FIRST),
-        _Check(Rule.FIRST_ONLY_AT_START, types.IS_FIRST),
-        _Check(Rule.LAST_AT_END, types.IS_LAST),
-        _Check(Rule.LAST_ONLY_AT_END, types.IS_LAST),
-        _Check(Rule.TERMINAL_IMPLIES_LAST, types.IS_TERMINAL),
-    ]
+    """Returns the per-step checks, in the order `compute_problem_masks` stacks them.
+
+    Raises:
+      SpecMismatchError: If a reward or discount leaf is not numeric.
+    """
     for field in (types.REWARD, types.DISCOUNT):
-        checks += [_Check(Rule.FINITE, name) for name, _ in _numeric_leaves(step_spec, field)]
-    checks += [
-        _Check(Rule.DISCOUNT_IN_RANGE, name)
-        for name, _ in _numeric_leaves(step_spec, types.DISCOUNT)
-    ]
-    return checks
-
-
-def _any_per_step(mask: tf.Tensor) -> tf.Tensor:
-    """Reduces a [T, ...] bool tensor to [T]."""
-    return tf.reduce_any(tf.reshape(mask, [tf.shape(mask)[0], -1]), axis=1)
+        _numeric_leaves(step_spec, field)
+    return [_Check(rule, field) for rule, field in rules.list_step_checks(step_spec)]
 
 
 def compute_problem_masks(steps: types.Nest) -> tf.Tensor:
     """Returns a [num_checks, T] bool tensor: which step breaks which check.
 
-    Graph-friendly (no Python branching on tensors); the row order is `list_checks`'.
+    Graph-friendly (no Python branching on tensors): the predicates of `rules.RULES`,
+    evaluated with TF; the row order is `list_checks`'.
 
     Args:
       steps: One episode's steps as whole `[T, ...]` tensors.
     """
-    is_first, is_last = steps[types.IS_FIRST], steps[types.IS_LAST]
-    length = tf.shape(is_first)[0]
-    index = tf.range(length)
-    rows = [
-        (index == 0) & ~is_first,
-        (index > 0) & is_first,
-        (index == length - 1) & ~is_last,
-        (index < length - 1) & is_last,
-        steps[types.IS_TERMINAL] & ~is_last,
-    ]
-
-    def _non_finite(x):
-        return _any_per_step(~tf.math.is_finite(x)) if x.dtype.is_floating else index < 0
-
-    rows += [_non_finite(x) for x in tree.flatten(steps[types.REWARD])]
-    rows += [_non_finite(x) for x in tree.flatten(steps[types.DISCOUNT])]
-    # NaN compares false both ways, so a NaN discount is reported once, as not finite.
-    rows += [_any_per_step((x < 0) | (x > 1)) for x in tree.flatten(steps[types.DISCOUNT])]
-    return tf.stack(rows)
+    at = rules.episode_step_index(tf.shape(steps[types.IS_FIRST])[0])
+    return tf.stack(rules.evaluate_step_checks(rules.TF, at, steps))
 
 
 def _step_shapes(steps: types.Nest) -> list[tf.Tensor]:
@@ -294,7 +208,7 @@ def find_episode_problems(
     episode_index: int, length: int, masks: np.ndarray, checks: list[_Check]
 ) -> list[Problem]:
     """Turns one episode's problem masks into `Problem` records (one per rule and field)."""
-    if length == 0:
+    if rules.is_broken(Rule.NON_EMPTY, rules.NUMPY, length):
         return [Problem(episode_index, 0, types.STEPS, Rule.NON_EMPTY, Rule.NON_EMPTY.hint)]
     problems = []
     for check, row in zip(checks, masks, strict=True):
@@ -318,11 +232,8 @@ def _find_shape_problems(
 ) -> list[Problem]:
     problems = []
     for name, shape, ref in zip(names, shapes, reference, strict=True):
-        if not np.array_equal(shape, ref):
-            hint = (
-                f'{Rule.CONSISTENT_SHAPE.hint} (expected per-step shape {ref.tolist()}, '
-                f'found {shape.tolist()})'
-            )
+        if rules.is_broken(Rule.CONSISTENT_SHAPE, rules.NUMPY, shape, ref):
+            hint = Rule.CONSISTENT_SHAPE.entry.format_hint(ref.tolist(), shape.tolist())
             problems.append(Problem(episode_index, 0, name, Rule.CONSISTENT_SHAPE, hint, (0,)))
     return problems
 
@@ -356,7 +267,7 @@ def _unreadable_problem(episode_index: int, error: tf.errors.OpError) -> Problem
     message = error.message.strip().splitlines()[0].split('}}')[-1].strip()
     key = _PARSER_KEY.search(message)
     field = key.group(1).replace('/', '.') if key else types.STEPS
-    hint = f'{Rule.READABLE.hint} (TF: {message})'
+    hint = Rule.READABLE.entry.format_hint(message)
     return Problem(episode_index, 0, field, Rule.READABLE, hint, (0,))
 
 
@@ -490,11 +401,40 @@ def _count_from_records(
     return None if source is None else record_checks.count_valid_episodes(source, step_spec)
 
 
+def _fill_in_graph(template: str, tensors: dict[str, tf.Tensor], **text: str) -> tf.Tensor:
+    """Fills a message template in graph: `text` values as they are, `tensors` as strings.
+
+    `text` values may name a tensor themselves (`where='step ' + _mark('step')`).
+    """
+    marks = {name: _mark(name) for name in tensors}
+    pieces = template.format(**{**marks, **text}).split(_MARK)
+    # The pieces alternate: fixed text, a tensor's name, fixed text, ...
+    return tf.strings.join([tensors[p] if i % 2 else p for i, p in enumerate(pieces)])
+
+
+def _mark(name: str) -> str:
+    return f'{_MARK}{name}{_MARK}'
+
+
+def _format_problem_in_graph(
+    episode_text: tf.Tensor, step_text: tf.Tensor | str, field: str, rule: Rule, hint: str
+) -> tf.Tensor:
+    """Returns `Problem.describe`'s line for one step, in graph (`rules.PROBLEM_LINE`)."""
+    return _fill_in_graph(
+        rules.PROBLEM_LINE,
+        {'episode': episode_text, 'step': step_text},
+        where='step ' + _mark('step'),
+        field=field,
+        rule=rule.rule_id,
+        hint=hint,
+    )
+
+
 def _format_problems_in_graph(
     episode_index: tf.Tensor,
     masks: tf.Tensor,
     checks: list[_Check],
-    episode_checks: list[tuple[tf.Tensor, str]],
+    episode_checks: list[tuple[tf.Tensor, _Check, str]],
 ) -> tf.Tensor:
     """Builds the problem text of `Problem.describe` in graph (first bad step per rule).
 
@@ -502,7 +442,7 @@ def _format_problems_in_graph(
       episode_index: The episode's index.
       masks: The `[num_checks, T]` masks of `compute_problem_masks`.
       checks: The checks, in mask row order.
-      episode_checks: `(broken, text)` pairs for episode-level rules (empty, shape).
+      episode_checks: `(broken, check, hint)` of episode-level rules (empty, shape), step 0.
     """
     index_text = tf.strings.as_string(episode_index)
     parts = []
@@ -510,54 +450,30 @@ def _format_problems_in_graph(
         # The padding 0 keeps argmax defined for an empty episode (its rows are empty).
         padded = tf.concat([tf.cast(masks[row], tf.int32), [0]], axis=0)
         first_bad = tf.strings.as_string(tf.argmax(padded))
-        text = tf.strings.join(
-            [
-                'episode ',
-                index_text,
-                ', step ',
-                first_bad,
-                f', field {check.field}, rule {check.rule.rule_id}: {check.rule.hint}',
-            ]
+        text = _format_problem_in_graph(
+            index_text, first_bad, check.field, check.rule, check.rule.hint
         )
         parts.append(tf.where(tf.reduce_any(masks[row]), text, ''))
-    for broken, text in episode_checks:
-        parts.append(
-            tf.where(broken, tf.strings.join(['episode ', index_text, ', step 0, ', text]), '')
-        )
+    for broken, check, hint in episode_checks:
+        text = _format_problem_in_graph(index_text, '0', check.field, check.rule, hint)
+        parts.append(tf.where(broken, text, ''))
     parts = tf.stack(parts)
     joined = tf.strings.reduce_join(
         tf.boolean_mask(parts, tf.strings.length(parts) > 0), separator='; '
     )
-    return tf.strings.join(
-        [
-            'Episode ',
-            index_text,
-            ' is invalid: ',
-            joined,
-            ". Fix the data, or pass on_invalid='skip' to drop invalid episodes whole.",
-        ]
-    )
-
-
-def _shape_differs(shape: tf.Tensor, reference: np.ndarray) -> tf.Tensor:
-    """Returns whether a per-step shape differs from the reference, ranks included."""
-    same_rank = tf.equal(tf.size(shape), reference.size)
-    return tf.cond(
-        same_rank,
-        lambda: tf.reduce_any(tf.not_equal(shape, reference)),
-        lambda: tf.constant(True),
-    )
+    return _fill_in_graph(rules.IN_GRAPH_MESSAGE, {'episode': index_text, 'problems': joined})
 
 
 def _compute_episode_ok(
     steps: types.Nest, checks: list[_Check], reference: tuple[list, list[str]] | None
-) -> tuple[tf.Tensor, tf.Tensor, list[tuple[tf.Tensor, str]]]:
+) -> tuple[tf.Tensor, tf.Tensor, list[tuple[tf.Tensor, _Check, str]]]:
     """Returns (ok, masks, episode-level checks) for one episode."""
     masks = compute_problem_masks(steps)
     episode_checks = [
         (
-            tf.equal(episodes_lib.episode_length(steps), 0),
-            f'field {types.STEPS}, rule {Rule.NON_EMPTY.rule_id}: {Rule.NON_EMPTY.hint}',
+            rules.is_broken(Rule.NON_EMPTY, rules.TF, episodes_lib.episode_length(steps)),
+            _Check(Rule.NON_EMPTY, types.STEPS),
+            Rule.NON_EMPTY.hint,
         )
     ]
     if reference is not None:
@@ -565,13 +481,13 @@ def _compute_episode_ok(
         for shape, ref, name in zip(_step_shapes(steps), shapes, names, strict=True):
             episode_checks.append(
                 (
-                    _shape_differs(shape, ref),
-                    f'field {name}, rule {Rule.CONSISTENT_SHAPE.rule_id}: '
-                    f'{Rule.CONSISTENT_SHAPE.hint} (expected per-step shape {list(ref)})',
+                    rules.is_broken(Rule.CONSISTENT_SHAPE, rules.TF, shape, ref),
+                    _Check(Rule.CONSISTENT_SHAPE, name),
+                    Rule.CONSISTENT_SHAPE.entry.format_hint(list(ref)),
                 )
             )
     ok = ~tf.reduce_any(masks)
-    for broken, _ in episode_checks:
+    for broken, _, _ in episode_checks:
         ok &= ~broken
     return ok, masks, episode_checks
 

@@ -64,25 +64,58 @@ def _leaf_at(nest, t):
     return tf.nest.map_structure(lambda x: x[t], nest)
 
 
+def _paired_leaves(reward, discount):
+    """Reward and discount leaves paired as docs/semantics.md §1 pairs them, and the output nest.
+
+    A single discount leaf is repeated to the reward's structure (a single reward leaf to
+    the discount's); two nests must have the same structure.
+    """
+    if not tf.nest.is_nested(discount):
+        rewards = tf.nest.flatten(reward)
+        return rewards, [discount] * len(rewards), reward
+    if not tf.nest.is_nested(reward):
+        discounts = tf.nest.flatten(discount)
+        return [reward] * len(discounts), discounts, discount
+    tf.nest.assert_same_structure(reward, discount)
+    return tf.nest.flatten(reward), tf.nest.flatten(discount), reward
+
+
+def _n_step_leaf(r, disc, n, gamma, terminal):
+    """One reward leaf's n-step return and discount, `[T, ...]` (numpy-style broadcast)."""
+    # Per-step shapes are aligned on the right: size-1 axes go after the time axis.
+    r = r.reshape(r.shape + (1,) * (disc.ndim - r.ndim))
+    disc = disc.reshape(disc.shape + (1,) * (r.ndim - disc.ndim))
+    shape = np.broadcast_shapes(r.shape, disc.shape)
+    dtype = r.dtype if np.issubdtype(r.dtype, np.floating) else np.float32
+    n_step_return, n_step_discount = np.zeros(shape, dtype), np.zeros(shape, dtype)
+    last = shape[0] - 1
+    for t in range(last):
+        k = min(n, last - t)
+        total, product = np.zeros(shape[1:], dtype), np.ones(shape[1:], dtype)
+        for i in range(k):
+            total = total + gamma**i * product * r[t + i]
+            d = 0.0 if (terminal and t + i == last - 1) else disc[t + i]
+            product = product * d
+        n_step_return[t] = total
+        n_step_discount[t] = gamma ** (k - 1) * product
+    return n_step_return, n_step_discount
+
+
 def reference_n_step(steps, n, gamma):
     size = len(steps[types.IS_FIRST])
     last, terminal = size - 1, bool(steps[types.IS_TERMINAL][-1])
-    r, disc = steps[types.REWARD], steps[types.DISCOUNT]
+    rewards, discounts, structure = _paired_leaves(steps[types.REWARD], steps[types.DISCOUNT])
+    leaves = [
+        _n_step_leaf(r, d, n, gamma, terminal) for r, d in zip(rewards, discounts, strict=True)
+    ]
     out = {
-        types.N_STEP_RETURN: np.zeros_like(r),
-        types.N_STEP_DISCOUNT: np.zeros_like(r),
+        types.N_STEP_RETURN: tf.nest.pack_sequence_as(structure, [ret for ret, _ in leaves]),
+        types.N_STEP_DISCOUNT: tf.nest.pack_sequence_as(structure, [d for _, d in leaves]),
         types.N_STEP_LENGTH: np.zeros(size, np.int32),
         types.NEXT_OBSERVATION: tf.nest.map_structure(np.zeros_like, steps[types.OBSERVATION]),
     }
     for t in range(last):
         k = min(n, last - t)
-        total, product = np.zeros_like(r[t]), np.ones_like(r[t])
-        for i in range(k):
-            total = total + gamma**i * product * r[t + i]
-            d = 0.0 if (terminal and t + i == last - 1) else disc[t + i]
-            product = product * d
-        out[types.N_STEP_RETURN][t] = total
-        out[types.N_STEP_DISCOUNT][t] = gamma ** (k - 1) * product
         out[types.N_STEP_LENGTH][t] = k
         for leaf, source in zip(
             tf.nest.flatten(out[types.NEXT_OBSERVATION]),
