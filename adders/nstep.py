@@ -37,7 +37,8 @@ def n_step(n: int, gamma: float, *, episodes_per_call: int = 1):
     Each step keeps all of its fields and gains `n_step_return`, `n_step_discount`,
     `next_observation` and `n_step_length` (see the module docstring for the maths).
     Reward and discount may be nested or vector-valued; a single discount broadcasts to the
-    reward's structure and shape. The work is O(n T) whole-tensor ops per episode.
+    reward's structure and shape. The work is O(n T) in a fixed number of whole-tensor ops
+    per episode.
 
     Example:
       >>> transitions = episodes.apply(adders.n_step(3, 0.99))
@@ -95,8 +96,13 @@ def compute_n_step_fields(
     length = tf.where(t < last, tf.minimum(n, last - t), 0)
     # d_{L-1} := 0 on terminal episodes: nothing bootstraps from a terminal state.
     cut = tf.logical_and(bounds.terminal, tf.equal(t, last - 1))
+    # Term i of step t reads step t + i: one `[N, n]` gather per field, not n shifted copies
+    # (fewer ops to trace and run). Indices past the stream's end are clipped, and masked.
+    offsets = tf.range(n)
+    inside = offsets[None, :] < length[:, None]
+    index = tf.minimum(t[:, None] + offsets[None, :], tf.shape(t)[0] - 1)
     pairs = [
-        _n_step_return(r, d, cut, length, n, gamma)
+        _n_step_return(r, d, cut, inside, index, length, n, gamma)
         for r, d in zip(tf.nest.flatten(rewards), tf.nest.flatten(discounts), strict=True)
     ]
     valid = length > 0
@@ -111,27 +117,23 @@ def compute_n_step_fields(
     }
 
 
-def _n_step_return(r, d, cut, length, n, gamma):
-    """Returns (R, D) for one reward leaf; `[N, ...]` r and d of equal shape."""
+def _n_step_return(r, d, cut, inside, index, length, n, gamma):
+    """Returns (R, D) for one reward leaf; `[N, ...]` r and d of equal shape.
+
+    `inside` (`[N, n]`) marks the terms that belong to each step's transition and `index`
+    (`[N, n]`) the steps they read.
+    """
     d = tf.where(episodes.expand_like(cut, d), tf.zeros_like(d), d)
-    total = tf.zeros_like(r)
-    weight = tf.ones_like(r)  # gamma^i prod_{j<i} d_{t+j}
-    product = tf.ones_like(d)  # prod_{j<i} d_{t+j}
-    for i in range(n):  # n shifted whole-stream ops, not a per-step loop
-        inside = episodes.expand_like(i < length, r)  # term i belongs to the transition
-        total += tf.where(inside, weight * _shift(r, i, 0.0), tf.zeros_like(r))
-        d_i = tf.where(inside, _shift(d, i, 1.0), tf.ones_like(d))
-        product *= d_i
-        weight *= gamma * d_i
+    rewards = tf.gather(r, index)  # [N, n, ...]
+    inside = episodes.expand_like(inside, rewards)
+    # prod_{j<i} d_{t+j} over the terms inside; a term outside multiplies by 1.
+    factors = tf.where(inside, tf.gather(d, index), tf.ones_like(rewards))
+    before = tf.math.cumprod(factors, axis=1, exclusive=True)
+    powers = tf.reshape(
+        tf.constant([gamma**i for i in range(n)], r.dtype), [1, n] + [1] * (r.shape.rank - 1)
+    )
+    total = tf.reduce_sum(tf.where(inside, powers * before * rewards, tf.zeros_like(rewards)), 1)
     exponent = tf.cast(episodes.expand_like(tf.maximum(length - 1, 0), r), r.dtype)
-    discount = tf.pow(tf.constant(gamma, r.dtype), exponent) * product
+    discount = tf.pow(tf.constant(gamma, r.dtype), exponent) * tf.reduce_prod(factors, axis=1)
     discount = tf.where(episodes.expand_like(length > 0, d), discount, tf.zeros_like(d))
     return total, discount
-
-
-def _shift(x: tf.Tensor, i: int, fill: float) -> tf.Tensor:
-    """Returns x_{t+i} along axis 0, filled with `fill` past the end."""
-    if i == 0:
-        return x
-    tail = tf.fill(tf.concat([[i], tf.shape(x)[1:]], 0), tf.constant(fill, x.dtype))
-    return tf.concat([x, tail], axis=0)[i:]
