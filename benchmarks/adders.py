@@ -21,10 +21,11 @@ once by TFDS' own writer (`benchmarks.disk.write_dataset`, cached in `--data-dir
 with `rlds_reverb.load(dir)` and transformed as a user writes it,
 `episodes.to_episode_tensors(rlds_reverb.load(dir).apply(adders.n_step(3, 0.99)))`, every
 output field of every episode summed (a map of sums, iterated); timed from before `load` to
-the last element, the first element's time reported too. Each round runs in a fresh process
-(after an untimed warm-up), and `--baseline DIR` (another checkout's root, e.g. `main`)
-alternates with this one, in the same conditions; medians of `--rounds`, the load average
-beside every figure. Run:
+the last element, the first element's time and the process' CPU time (all threads, what a
+shared host distorts least) reported too. Each round runs in a fresh process (after an
+untimed warm-up), and `--baseline DIR` (another checkout's root, e.g. `main`) alternates
+with this one, in the same conditions; medians of `--rounds`, the load average beside every
+figure. Run:
 `.venv/bin/python benchmarks/adders.py --from-disk [--rounds 3] [--baseline DIR]`.
 """
 
@@ -246,7 +247,7 @@ def _time_from_disk(directory: str, make_transform) -> dict:
 
     load_average = os.getloadavg()[0]
     marks = {}
-    started = time.perf_counter()
+    started, started_cpu = time.perf_counter(), time.process_time()
     data = rlds_reverb.load(directory)
     marks['load'] = time.perf_counter() - started
     transform = make_transform()
@@ -262,7 +263,10 @@ def _time_from_disk(directory: str, make_transform) -> dict:
         count += 1
         if count == 1:
             marks['first'] = time.perf_counter() - started
+            marks['cpu_first'] = time.process_time() - started_cpu
     marks['end'] = time.perf_counter() - started
+    # CPU seconds of this process (all threads): what a shared host distorts least.
+    marks['cpu_end'] = time.process_time() - started_cpu
     return {
         'episodes': count,
         'total': total,
@@ -314,7 +318,9 @@ def _describe(result: dict, steps: int) -> str:
     return (
         f'{steps / marks["end"]:>10,.0f} steps/s  steady {steady:>10,.0f}  first '
         f'{marks["first"]:.2f} s (load {marks["load"]:.2f}, apply {marks["apply"]:.2f}, iter '
-        f'{marks["iter"]:.2f})  end {marks["end"]:.2f} s  load average '
+        f'{marks["iter"]:.2f})  end {marks["end"]:.2f} s  CPU {marks["cpu_first"]:.2f} s to '
+        f'the first, {marks["cpu_end"]:.2f} s in all ({steps / marks["cpu_end"]:,.0f} '
+        'steps/CPU-s)  load average '
         f'{result["load_average"][0]:.1f} -> {result["load_average"][1]:.1f}'
     )
 
