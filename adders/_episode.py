@@ -84,7 +84,10 @@ def refuse_overwrite(
 
 
 class Bounds(NamedTuple):
-    """Where each step of a flat stream of whole episodes sits (all `[N]`, global indices).
+    """Where each step of a flat stream of whole episodes sits (global indices).
+
+    `t` is `[N]`; the others are `[N]`, or scalars for a single episode (they broadcast
+    against `t`: one episode needs no `[N]` copies of its bounds).
 
     Attributes:
       t: The step's own index.
@@ -123,12 +126,7 @@ def episode_bounds(steps: types.Step) -> Bounds:
     """Returns the `Bounds` of one whole episode's `[T, ...]` steps."""
     size = episodes.episode_length(steps)
     terminal = tf.reduce_any(steps[types.IS_TERMINAL][size - 1 :])
-    return Bounds(
-        t=tf.range(size),
-        first=tf.zeros([size], tf.int32),
-        last=tf.fill([size], size - 1),
-        terminal=tf.fill([size], terminal),
-    )
+    return Bounds(t=tf.range(size), first=tf.constant(0), last=size - 1, terminal=terminal)
 
 
 def map_episodes(

@@ -7,7 +7,8 @@ x_t += c_t x_{t+s} and c_t *= c_{t+s} (zero past the end). After ceil(log2 T) pa
 zero everywhere and x is y. Each pass is a few whole-tensor ops (one `tf.while_loop`
 iteration: a small graph that traces fast); products of `c` are plain
 multiplications (no logs, no division), so zeros in `c` are exact: a zero factor is how
-callers keep episodes laid end to end from leaking into each other.
+callers keep episodes laid end to end from leaking into each other. (A blocked form with no
+loop, products within blocks of 32 steps, measured slower here: more ops per episode.)
 """
 
 from __future__ import annotations
@@ -25,24 +26,18 @@ def solve_reverse_recurrence(x: tf.Tensor, c: tf.Tensor) -> tf.Tensor:
     Returns:
       A tensor shaped like `x`.
     """
+    length = tf.shape(x)[0]
+    zeros = tf.zeros_like(x)  # What lies past the end, sliced to each pass's span.
 
     def _body(span, x, c):
-        x, c = _compose(x, c, span)
-        return span * 2, x, c
+        # One doubling pass: x_t + c_t x_{t+span} and c_t c_{t+span}, zero past the end.
+        tail = zeros[: tf.minimum(span, length)]
+        x_out = x + c * tf.concat([x[span:], tail], axis=0)
+        c_out = c * tf.concat([c[span:], tail], axis=0)
+        # Keep the static shape, which `tf.while_loop` requires of its loop variables.
+        x_out.set_shape(x.shape)
+        c_out.set_shape(c.shape)
+        return span * 2, x_out, c_out
 
-    length = tf.shape(x)[0]
     _, x, _ = tf.while_loop(lambda span, x, c: span < length, _body, (tf.constant(1), x, c))
     return x
-
-
-def _compose(x: tf.Tensor, c: tf.Tensor, span) -> tuple[tf.Tensor, tf.Tensor]:
-    """One doubling pass: x_t + c_t x_{t+span} and c_t c_{t+span}, zero past the end."""
-    length = tf.shape(x)[0]
-    pad = [[0, tf.minimum(span, length)]] + [[0, 0]] * (x.shape.rank - 1)
-    x_next = tf.pad(x[span:], pad)
-    c_next = tf.pad(c[span:], pad)
-    x_out, c_out = x + c * x_next, c * c_next
-    # Keep the static shape, which `tf.while_loop` requires of its loop variables.
-    x_out.set_shape(x.shape)
-    c_out.set_shape(c.shape)
-    return x_out, c_out

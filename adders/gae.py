@@ -212,9 +212,10 @@ def _as_value_leaf(value, reward: tf.Tensor, length: tf.Tensor, source: str) -> 
 
 def _gae_leaf(r, d, v, bounds: _episode.Bounds, gamma: float, lambda_: float):
     """Returns (advantage, return, value used) for one reward leaf, all `[N, ...]`."""
-    at_last = episodes.expand_like(tf.equal(bounds.t, bounds.last), v)
-    terminal = episodes.expand_like(bounds.terminal, v)
-    v = tf.where(tf.logical_and(at_last, terminal), tf.zeros_like(v), v)
+    at_last = tf.equal(bounds.t, bounds.last)
+    terminal_end = episodes.expand_like(tf.logical_and(at_last, bounds.terminal), v)
+    at_last = episodes.expand_like(at_last, v)
+    v = tf.where(terminal_end, tf.zeros_like(v), v)
     next_v = tf.concat([v[1:], tf.zeros_like(v[:1])], axis=0)
     # The last step has no delta, and a zero factor so nothing flows in from the next episode.
     delta = tf.where(at_last, tf.zeros_like(r), r + gamma * d * next_v - v)

@@ -63,6 +63,8 @@ def stack_observations(steps: types.Step, k: int) -> types.Step:
 def compute_stacked_observations(steps: types.Step, bounds: _episode.Bounds, k: int) -> types.Step:
     """Returns a flat stream of whole episodes with observations stacked to `[N, k, ...]`."""
     # Row t gathers steps t-k+1 .. t, clipped at its episode's start (o_0 repeated).
-    index = tf.maximum(bounds.t[:, None] + tf.range(1 - k, 1)[None, :], bounds.first[:, None])
+    index = tf.maximum(
+        bounds.t[:, None] + tf.range(1 - k, 1)[None, :], tf.expand_dims(bounds.first, -1)
+    )
     stacked = tf.nest.map_structure(lambda o: tf.gather(o, index), steps[types.OBSERVATION])
     return {**steps, types.OBSERVATION: stacked}

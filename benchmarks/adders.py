@@ -15,24 +15,43 @@ action float32[6], float32 reward and discount, 1,000 steps) plus a float32
 A last row runs ours on RLDS episodes end to end (nested `steps` datasets in and out, the
 steps read back), which tf.data's per-step slicing bounds. Run:
 `.venv/bin/python benchmarks/adders.py [--episodes N] [--python-episodes N]`.
+
+`--from-disk` measures issue 22's target instead: 1,000,000 HalfCheetah-like steps written
+once by TFDS' own writer (`benchmarks.disk.write_dataset`, cached in `--data-dir`), read
+with `rlds_reverb.load(dir)` and transformed as a user writes it,
+`episodes.to_episode_tensors(rlds_reverb.load(dir).apply(adders.n_step(3, 0.99)))`, every
+output field of every episode summed (a map of sums, iterated); timed from before `load` to
+the last element, the first element's time and the process' CPU time (all threads, what a
+shared host distorts least) reported too. Each round runs in a fresh process (after an
+untimed warm-up), and `--baseline DIR` (another checkout's root, e.g. `main`) alternates
+with this one, in the same conditions; medians of `--rounds`, the load average beside every
+figure. Run:
+`.venv/bin/python benchmarks/adders.py --from-disk [--rounds 3] [--baseline DIR]`.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import pathlib
+import statistics
+import subprocess
 import sys
 import time
 from typing import NamedTuple
 
 # This script is named like the package it measures: put the repository root in place of
 # its own directory on the path, so that `import adders` finds the package, not this file,
-# and `benchmarks.common` imports when run as `python benchmarks/adders.py`.
+# and `benchmarks.common` imports when run as `python benchmarks/adders.py`. A `--from-disk`
+# worker imports the code under test from the root it is given instead (a baseline).
 _HERE = pathlib.Path(__file__).resolve().parent
-sys.path[:] = [str(_HERE.parent)] + [
-    p for p in sys.path if pathlib.Path(p or '.').resolve() not in (_HERE, _HERE.parent)
+_ROOT_VARIABLE = 'RLDS_REVERB_BENCH_ROOT'
+_ROOT = pathlib.Path(os.environ.get(_ROOT_VARIABLE, _HERE.parent)).resolve()
+sys.path[:] = [str(_ROOT)] + [
+    p for p in sys.path if pathlib.Path(p or '.').resolve() not in (_HERE, _HERE.parent, _ROOT)
 ]
+os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 import numpy as np  # noqa: E402
 import tensorflow as tf  # noqa: E402
@@ -194,12 +213,182 @@ def _print(name: str, timing: _Timing) -> None:
     )
 
 
+# --- From disk, end to end (issue 22's target) ---------------------------------------------
+
+_DISK_STEPS = 1_000_000
+_MARKER = 'ADDERS-DISK-RESULT '
+
+# name -> (the dataset it reads: 'plain' or with a stored 'values' field, transform or None)
+_DISK_RUNS = {
+    'load only': ('plain', lambda: None),
+    'n_step(3, 0.99)': ('plain', lambda: adders.n_step(_N, _GAMMA)),
+    'gae(0.99, 0.95), values stored': ('values', lambda: adders.gae(_GAMMA, _LAMBDA)),
+    'gae(0.99, 0.95, value_fn)': (
+        'plain',
+        lambda: adders.gae(_GAMMA, _LAMBDA, value_fn=_critic),
+    ),
+}
+
+
+def _critic(observation: tf.Tensor) -> tf.Tensor:
+    """A stand-in critic: the mean of the observation (as in `benchmarks/disk.py`)."""
+    flat = tf.reshape(observation, [tf.shape(observation)[0], -1])
+    return tf.reduce_mean(tf.cast(flat, tf.float32), axis=-1)
+
+
+def _sum_leaves(steps: types.Step) -> tf.Tensor:
+    # Reads every output field of the episode, so nothing is pruned or left unmade.
+    return tf.add_n([tf.reduce_sum(tf.cast(x, tf.float32)) for x in tf.nest.flatten(steps)])
+
+
+def _time_from_disk(directory: str, make_transform) -> dict:
+    """One timed run: `load`, the transform, every episode's fields summed, iterated."""
+    import rlds_reverb  # The code under test (this root's or the baseline's).
+
+    load_average = os.getloadavg()[0]
+    marks = {}
+    started, started_cpu = time.perf_counter(), time.process_time()
+    data = rlds_reverb.load(directory)
+    marks['load'] = time.perf_counter() - started
+    transform = make_transform()
+    if transform is not None:
+        data = data.apply(transform)
+    marks['apply'] = time.perf_counter() - started
+    sums = episodes_lib.to_episode_tensors(data).map(_sum_leaves)
+    iterator = iter(sums)
+    marks['iter'] = time.perf_counter() - started
+    total, count = 0.0, 0
+    for value in iterator:
+        total += float(value)
+        count += 1
+        if count == 1:
+            marks['first'] = time.perf_counter() - started
+            marks['cpu_first'] = time.process_time() - started_cpu
+    marks['end'] = time.perf_counter() - started
+    # CPU seconds of this process (all threads): what a shared host distorts least.
+    marks['cpu_end'] = time.process_time() - started_cpu
+    return {
+        'episodes': count,
+        'total': total,
+        'marks': marks,
+        'load_average': [load_average, os.getloadavg()[0]],
+    }
+
+
+def _run_disk_worker(plain: str, values: str, order: list[str]) -> None:
+    """Times every run of `_DISK_RUNS` once (in `order`) in this process; prints JSON."""
+    import rlds_reverb
+
+    for _ in episodes_lib.to_episode_tensors(rlds_reverb.load(plain)).take(1):
+        pass  # TensorFlow's one-time start, untimed.
+    for name in order:
+        which, make_transform = _DISK_RUNS[name]
+        result = _time_from_disk(plain if which == 'plain' else values, make_transform)
+        print(_MARKER + json.dumps({'name': name, **result}), flush=True)
+
+
+def _write_disk_datasets(data_dir: pathlib.Path | None, steps: int) -> tuple[str, str]:
+    """Writes (once) the plain and the `value`-holding datasets; returns their directories."""
+    from benchmarks import disk
+
+    data_dir = data_dir or disk._make_default_data_dir()
+    layout = disk.Layout(_LENGTH, steps, (17,), (6,))
+    suffix = '' if steps == _DISK_STEPS else f'_{steps}'
+    plain = disk.write_dataset(data_dir, f'halfcheetah_like_1m{suffix}', layout=layout)
+    values = disk.write_dataset(
+        data_dir, f'halfcheetah_like_1m_values{suffix}', layout=layout._replace(value=True)
+    )
+    return os.fspath(plain), os.fspath(values)
+
+
+def _spawn_worker(root: pathlib.Path, plain: str, values: str, order: list[str]) -> list[dict]:
+    environment = {**os.environ, _ROOT_VARIABLE: os.fspath(root)}
+    environment.pop('PYTHONPATH', None)
+    command = [sys.executable, __file__, '--disk-worker', plain, values, *order]
+    out = subprocess.run(command, env=environment, capture_output=True, text=True, check=False)
+    if out.returncode:
+        raise SystemExit(f'worker on {root} failed:\n{out.stderr[-4000:]}')
+    lines = [line for line in out.stdout.splitlines() if line.startswith(_MARKER)]
+    return [json.loads(line[len(_MARKER) :]) for line in lines]
+
+
+def _describe(result: dict, steps: int) -> str:
+    marks = result['marks']
+    steady = steps / max(marks['end'] - marks['first'], 1e-9)
+    return (
+        f'{steps / marks["end"]:>10,.0f} steps/s  steady {steady:>10,.0f}  first '
+        f'{marks["first"]:.2f} s (load {marks["load"]:.2f}, apply {marks["apply"]:.2f}, iter '
+        f'{marks["iter"]:.2f})  end {marks["end"]:.2f} s  CPU {marks["cpu_first"]:.2f} s to '
+        f'the first, {marks["cpu_end"]:.2f} s in all ({steps / marks["cpu_end"]:,.0f} '
+        'steps/CPU-s)  load average '
+        f'{result["load_average"][0]:.1f} -> {result["load_average"][1]:.1f}'
+    )
+
+
+def run_from_disk(args: argparse.Namespace) -> int:
+    """Times the adders end to end from disk, alternating with `--baseline` if given."""
+    plain, values = _write_disk_datasets(args.data_dir, args.steps)
+    sides = {'this': _ROOT}
+    if args.baseline is not None:
+        sides = {'baseline': args.baseline.resolve(), 'this': _ROOT}
+    names = list(_DISK_RUNS)
+    results: dict[tuple[str, str], list[dict]] = {}
+    print(
+        f'adders from disk: {args.steps:,} HalfCheetah-like steps written by TFDS, '
+        f'{os.cpu_count()} CPUs; sides: ' + ', '.join(f'{k} = {v}' for k, v in sides.items()),
+        flush=True,
+    )
+    for index in range(args.rounds):
+        order = list(sides) if index % 2 == 0 else list(sides)[::-1]
+        runs = names if index % 2 == 0 else names[::-1]
+        for side in order:
+            for result in _spawn_worker(sides[side], plain, values, runs):
+                results.setdefault((side, result['name']), []).append(result)
+                print(
+                    f' round {index + 1} {side:<8} {result["name"]:<32} '
+                    + _describe(result, args.steps),
+                    flush=True,
+                )
+    print(f' medians of {args.rounds} rounds (each column its own median):')
+    for name in names:
+        for side in sides:
+            rounds = results[(side, name)]
+            counts = {r['episodes'] for r in rounds}
+            median = {
+                'marks': {
+                    k: statistics.median(r['marks'][k] for r in rounds) for k in rounds[0]['marks']
+                },
+                'load_average': [
+                    statistics.median(r['load_average'][0] for r in rounds),
+                    statistics.median(r['load_average'][1] for r in rounds),
+                ],
+            }
+            met = args.steps / median['marks']['end'] >= 1e6
+            print(
+                f'  {side:<8} {name:<32} {_describe(median, args.steps)}  episodes {counts}'
+                + ('' if name == 'load only' else f'  target: {"met" if met else "NOT met"}')
+            )
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument('--episodes', type=int, default=300, help='episodes for ours and NumPy')
     parser.add_argument('--python-episodes', type=int, default=10, help='for the Python adder')
     parser.add_argument('--rlds-episodes', type=int, default=30, help='for the RLDS-form row')
+    parser.add_argument('--from-disk', action='store_true', help='issue 22: end to end, disk')
+    parser.add_argument('--steps', type=int, default=_DISK_STEPS, help='--from-disk: steps')
+    parser.add_argument('--rounds', type=int, default=3, help='--from-disk: alternated rounds')
+    parser.add_argument('--baseline', type=pathlib.Path, help='--from-disk: a checkout to compare')
+    parser.add_argument('--data-dir', type=pathlib.Path, help='--from-disk: the dataset cache')
+    parser.add_argument('--disk-worker', nargs='+', help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    if args.disk_worker:
+        plain, values, *order = args.disk_worker
+        _run_disk_worker(plain, values, order)
+        return 0
+    if args.from_disk:
+        return run_from_disk(args)
 
     print(
         f'adders: n_step({_N}, {_GAMMA}) and gae({_GAMMA}, {_LAMBDA}), HalfCheetah-like '

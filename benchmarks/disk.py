@@ -77,6 +77,7 @@ class Layout(NamedTuple):
     observation_shape: tuple[int, ...]
     action_shape: tuple[int, ...]
     image: bool = False
+    value: bool = False  # A float32 `value` per step (a fixed linear critic's), for GAE.
 
 
 _LAYOUTS = {
@@ -108,7 +109,13 @@ def _tensor_episodes(layout: Layout) -> list[dict]:
         action_shape=layout.action_shape,
         seed=0,
     )
-    return list(episodes_lib.to_episode_tensors(data).as_numpy_iterator())
+    episodes = list(episodes_lib.to_episode_tensors(data).as_numpy_iterator())
+    if layout.value:
+        weights = np.linspace(-1.0, 1.0, int(np.prod(layout.observation_shape)), dtype=np.float32)
+        for steps in episodes:
+            flat = steps[types.OBSERVATION].reshape(layout.episode_length, -1)
+            steps[types.VALUE] = flat @ weights
+    return episodes
 
 
 def _image_episodes(layout: Layout) -> list[dict]:
@@ -144,12 +151,17 @@ def _make_default_data_dir() -> pathlib.Path:
     return path
 
 
-def write_dataset(data_dir: pathlib.Path, name: str) -> pathlib.Path:
-    """Writes (unless present) the layout `name` with TFDS' own writer; returns its directory."""
+def write_dataset(
+    data_dir: pathlib.Path, name: str, *, layout: Layout | None = None
+) -> pathlib.Path:
+    """Writes (unless present) the layout `name` with TFDS' own writer; returns its directory.
+
+    `layout` overrides the one `name` stands for (another benchmark's size).
+    """
     target = data_dir / name / '1.0.0'
     if (target / 'dataset_info.json').is_file():
         return target
-    layout = _LAYOUTS[name]
+    layout = layout or _LAYOUTS[name]
     if layout.image:
         observation = tfds.features.Image(shape=layout.observation_shape, dtype=np.uint8)
     else:
@@ -161,6 +173,7 @@ def write_dataset(data_dir: pathlib.Path, name: str) -> pathlib.Path:
             types.REWARD: tfds.features.Scalar(dtype=np.float32),
             types.DISCOUNT: tfds.features.Scalar(dtype=np.float32),
             **{flag: tfds.features.Scalar(dtype=np.bool_) for flag in types.FLAG_FIELDS},
+            **({types.VALUE: tfds.features.Scalar(dtype=np.float32)} if layout.value else {}),
         }
     )
     episodes = _image_episodes(layout) if layout.image else _tensor_episodes(layout)

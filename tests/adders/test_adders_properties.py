@@ -244,6 +244,39 @@ def test_gae_equals_numpy_reference(obs, reward, form, per_call, lambda_):
             np.testing.assert_allclose(steps[name], value, atol=1e-4, err_msg=name)
 
 
+@pytest.mark.parametrize(
+    'size,reward,ending', [(1000, 'scalar', 'terminated'), (1025, 'vector', 'truncated')]
+)
+def test_long_episode_functions_equal_numpy_reference(size, reward, ending):
+    """One long episode through the one-episode functions (scalar bounds, 10+ doubling passes)."""
+    rng = np.random.default_rng(size)
+    shape = (size,) if reward == 'scalar' else (size, 2)
+    discount = np.where(rng.random(size) < 0.9, 1.0, rng.random(size)).astype(np.float32)
+    discount[rng.integers(0, size, 3)] = 0.0  # exact zeros stop the recurrence
+    given = builders.episode(
+        size,
+        observation=rng.normal(size=(size, 3)).astype(np.float32),
+        reward=rng.normal(size=shape).astype(np.float32),
+        discount=discount,
+        value=rng.normal(size=shape).astype(np.float32),
+        ending=ending,
+    )
+    steps = tf.nest.map_structure(tf.constant, given)
+    got = tf.function(
+        lambda s: {
+            'n_step': adders.add_n_step_fields(s, 3, 0.99),
+            'gae': adders.add_gae_fields(s, 0.99, 0.95, value_field=types.VALUE),
+            'stack': adders.stack_observations(s, 2),
+        },
+        autograph=False,
+    )(steps)
+    for name, value in reference_n_step(given, 3, 0.99).items():
+        np.testing.assert_allclose(got['n_step'][name], value, atol=1e-5, err_msg=name)
+    for name, value in reference_gae(given, 0.99, 0.95).items():
+        np.testing.assert_allclose(got['gae'][name], value, atol=1e-3, rtol=1e-4, err_msg=name)
+    np.testing.assert_array_equal(got['stack'][types.OBSERVATION], reference_stack(given, 2))
+
+
 @pytest.mark.parametrize('obs,form,per_call', [('dict', 'rlds', 1), ('image', 'tensors', 4)])
 def test_stack_frames_equals_numpy_reference(obs, form, per_call):
     episodes = random_episodes(3, obs=obs)
