@@ -7,20 +7,15 @@ on whole tensors, and only then go back to steps.
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
 
 import tensorflow as tf
+from tensorflow.python.data.ops import dataset_ops
 
-from rlds_reverb.core import types
+from rlds_reverb.core import sources, types
 
 # tf.data's batch size for "the whole episode": larger than any episode.
 _WHOLE_EPISODE = 2**31 - 1
-
-# RLDS datasets whose episodes are also at hand as whole-episode tensors (a TFDS source read
-# without the per-step nested dataset, or an adder's output): dataset -> whole episodes.
-# Weak keys: the view lives as long as the RLDS dataset it belongs to.
-_WHOLE_EPISODE_VIEWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _empty_batch(step_spec: types.SpecNest) -> types.Nest:
@@ -64,12 +59,71 @@ def without_autograph(fn: Callable) -> Callable:
     return tf.autograph.experimental.do_not_convert(fn)
 
 
-def from_whole_episodes(whole_episodes: tf.data.Dataset) -> tf.data.Dataset:
+class EpisodeDataset(dataset_ops.UnaryUnchangedStructureDataset):
+    """An RLDS dataset that carries the source of its episodes, read as whole tensors.
+
+    What `rlds_reverb.load` (for a TFDS source) and the adders return: a real
+    `tf.data.Dataset` of RLDS episodes for every use, whose `source` the toolkit's functions
+    (`to_whole_episodes`, `to_episode_tensors`; validate, convert, push, stats) read instead
+    of the per-step nested datasets. `take`, `skip` and `shard` return another
+    `EpisodeDataset` on the selected source (for TFRecord shards: skipped episodes are never
+    decoded); any other transformation (`map`, `filter`, `batch`, ...) returns a plain
+    dataset, which the toolkit reads through its nested steps, correctly but more slowly.
+
+    Args:
+      source: What the episodes come from.
+    """
+
+    def __init__(self, source: sources.EpisodeSource):
+        whole = source.read()
+        rlds = whole.map(
+            without_autograph(
+                lambda e: {**e, types.STEPS: tf.data.Dataset.from_tensor_slices(e[types.STEPS])}
+            )
+        )
+        self._source = source
+        self._whole_episodes = whole
+        super().__init__(rlds, rlds._variant_tensor)  # The RLDS dataset, as it is.
+
+    @property
+    def source(self) -> sources.EpisodeSource:
+        """What the episodes come from."""
+        return self._source
+
+    @property
+    def whole_episodes(self) -> tf.data.Dataset:
+        """The episodes with `steps` as a nest of whole `[T, ...]` tensors."""
+        return self._whole_episodes
+
+    def take(self, count, name=None) -> EpisodeDataset:
+        """As `tf.data.Dataset.take`, on the source: the result reads whole episodes too."""
+        return EpisodeDataset(self._source.select(sources.Take(count, name)))
+
+    def skip(self, count, name=None) -> EpisodeDataset:
+        """As `tf.data.Dataset.skip`, on the source: the result reads whole episodes too."""
+        return EpisodeDataset(self._source.select(sources.Skip(count, name)))
+
+    def shard(self, num_shards, index, name=None) -> EpisodeDataset:
+        """As `tf.data.Dataset.shard`, on the source: the result reads whole episodes too."""
+        return EpisodeDataset(self._source.select(sources.Shard(num_shards, index, name)))
+
+
+def from_source(source: sources.EpisodeSource) -> EpisodeDataset:
+    """Returns the RLDS dataset of `source`'s episodes (an `EpisodeDataset`).
+
+    Example:
+      >>> episodes = from_source(sources.DatasetSource(whole_episodes))
+    """
+    return EpisodeDataset(source)
+
+
+def from_whole_episodes(whole_episodes: tf.data.Dataset) -> EpisodeDataset:
     """Returns the RLDS dataset of whole episodes, remembering their tensor form.
 
     The RLDS dataset is what users see and may transform further; the toolkit's own
-    functions given this very dataset (`to_whole_episodes`, `to_episode_tensors`) read the
-    remembered tensors and skip the per-step nested dataset.
+    functions given this very dataset, or its `take`, `skip` or `shard`
+    (`to_whole_episodes`, `to_episode_tensors`), read the tensors and skip the per-step
+    nested dataset.
 
     Args:
       whole_episodes: Episodes as dicts: episode-level fields and `steps`, a nest of
@@ -78,25 +132,25 @@ def from_whole_episodes(whole_episodes: tf.data.Dataset) -> tf.data.Dataset:
     Returns:
       An RLDS dataset: the same episodes with `steps` as a `tf.data.Dataset` of steps.
     """
-    rlds = whole_episodes.map(
-        without_autograph(
-            lambda e: {**e, types.STEPS: tf.data.Dataset.from_tensor_slices(e[types.STEPS])}
-        )
-    )
-    _WHOLE_EPISODE_VIEWS[rlds] = whole_episodes
-    return rlds
+    return EpisodeDataset(sources.DatasetSource(whole_episodes))
+
+
+def find_source(episodes: tf.data.Dataset) -> sources.EpisodeSource | None:
+    """Returns the source `episodes` reads whole, or None for a dataset read step by step."""
+    return episodes.source if isinstance(episodes, EpisodeDataset) else None
 
 
 def has_whole_episodes(episodes: tf.data.Dataset) -> bool:
     """Returns whether `episodes`' whole-episode tensors are at hand (no nested steps read)."""
-    return episodes in _WHOLE_EPISODE_VIEWS
+    return isinstance(episodes, EpisodeDataset)
 
 
 def to_whole_episodes(episodes: tf.data.Dataset) -> tf.data.Dataset:
     """Maps an RLDS dataset to its episodes with `steps` as a nest of `[T, ...]` tensors.
 
-    Episode-level fields (metadata) are kept. For a dataset `rlds_reverb.load` read from a
-    TFDS source (or an adder returned), the tensors TFDS decoded are used directly.
+    Episode-level fields (metadata) are kept. For an `EpisodeDataset` (what
+    `rlds_reverb.load` returns for a TFDS source, its `take`/`skip`/`shard`, an adder's
+    output), the tensors its source reads are used directly.
 
     Args:
       episodes: An RLDS dataset.
@@ -104,9 +158,8 @@ def to_whole_episodes(episodes: tf.data.Dataset) -> tf.data.Dataset:
     Returns:
       A dataset with one dict per episode: its episode-level fields and `steps`.
     """
-    view = _WHOLE_EPISODE_VIEWS.get(episodes)
-    if view is not None:
-        return view
+    if isinstance(episodes, EpisodeDataset):
+        return episodes.whole_episodes
     return episodes.map(
         without_autograph(lambda e: {**e, types.STEPS: batch_steps(e[types.STEPS])}),
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -124,9 +177,8 @@ def to_episode_tensors(episodes: tf.data.Dataset) -> tf.data.Dataset:
       A dataset with one element per episode (empty episodes included, with T = 0): the
       episode's steps as a nest of `[T, ...]` tensors.
     """
-    view = _WHOLE_EPISODE_VIEWS.get(episodes)
-    if view is not None:
-        return view.map(without_autograph(lambda e: e[types.STEPS]))
+    if isinstance(episodes, EpisodeDataset):
+        return episodes.whole_episodes.map(without_autograph(lambda e: e[types.STEPS]))
     return episodes.map(
         without_autograph(lambda episode: batch_steps(episode[types.STEPS])),
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -170,7 +222,7 @@ def gather_windows(steps: types.Nest, index: tf.Tensor, valid: tf.Tensor) -> typ
     return tf.nest.map_structure(_gather, steps)
 
 
-def to_rlds_episodes(episode_tensors: tf.data.Dataset) -> tf.data.Dataset:
+def to_rlds_episodes(episode_tensors: tf.data.Dataset) -> EpisodeDataset:
     """Maps a dataset of whole-episode step tensors back to an RLDS dataset.
 
     Args:

@@ -63,7 +63,7 @@ import tree
 from tensorflow_datasets.core import example_parser
 
 from rlds_reverb.core import episodes as episodes_lib
-from rlds_reverb.core import types
+from rlds_reverb.core import sources, types
 from rlds_reverb.core.errors import SourceError, SourceNotFoundError, SpecMismatchError
 from rlds_reverb.core.specs import get_step_spec
 from rlds_reverb.read import records
@@ -150,7 +150,7 @@ def load(
         for name in split_names:
             _check_shards(builder, name, where=where, full=check_files == 'full')
     if whole_episodes:
-        whole = _read_whole_episodes(
+        episodes = _read_whole_episodes(
             builder,
             split=split,
             shuffle_files=shuffle_files,
@@ -158,7 +158,6 @@ def load(
             paths=paths,
             where=where,
         )
-        episodes = episodes_lib.from_whole_episodes(whole)
         _check_step_spec(episodes, where=where)
         return episodes
     try:
@@ -251,12 +250,14 @@ def _read_whole_episodes(
     read_config: tfds.ReadConfig | None,
     paths: list[tuple[str, ...]] | None,
     where: str,
-) -> tf.data.Dataset:
-    """Returns the split's episodes with `steps` as whole `[T, ...]` tensors.
+) -> episodes_lib.EpisodeDataset:
+    """Returns the split's episodes, read as whole `[T, ...]` tensors from their source.
 
-    TFDS is told to leave `steps` encoded; each episode's step features are then decoded as
-    one batch (`decode_batch_example`: images and other encoded features decoded per step
-    inside one op), only for the selected fields.
+    The source is the split's TFRecord shards (`records.RecordSource`) for the default read,
+    else TFDS' `as_dataset` with `steps` left encoded (a `DatasetSource`). Either way each
+    episode's step features are decoded as one batch (`decode_batch_example`: images and
+    other encoded features decoded per step inside one op), only for the selected fields,
+    and only for the episodes a `take`, `skip` or `shard` keeps.
     """
     step_features = select_step_fields(
         builder.info.features[types.STEPS].feature, paths, where=where
@@ -280,24 +281,22 @@ def _read_whole_episodes(
     try:
         if records.can_read_records(builder, shuffle_files=shuffle_files, read_config=read_config):
             try:
-                return records.read_episode_records(
+                source = records.make_record_source(
                     builder,
                     split=split,
                     serialized_steps=serialized_steps,
                     decode_steps=episodes_lib.without_autograph(_decode_steps),
                 )
+                return episodes_lib.from_source(source)
             except (ValueError, KeyError, AssertionError, tf.errors.OpError):
                 pass  # A split TFDS resolves itself (such as 'all'): as_dataset reads it.
         encoded = _read_encoded_steps(
             builder, split=split, shuffle_files=shuffle_files, read_config=read_config, where=where
         )
-        return encoded.map(
-            episodes_lib.without_autograph(
-                lambda episode: {**episode, types.STEPS: _decode_steps(episode[types.STEPS])}
-            ),
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=True,
+        decode = episodes_lib.without_autograph(
+            lambda episode: {**episode, types.STEPS: _decode_steps(episode[types.STEPS])}
         )
+        return episodes_lib.from_source(sources.DatasetSource(encoded, decode))
     except SourceError:
         raise
     except Exception:  # Tracing failed: find and name the field (traced alone, once each).
