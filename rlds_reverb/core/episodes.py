@@ -2,15 +2,17 @@
 
 An RLDS episode holds its steps as a nested `tf.data.Dataset`. The fast paths turn each
 episode into one dict of tensors with a leading time dimension (`[T, ...]` per field), work
-on whole tensors, and only then go back to steps.
+on whole tensors, and only then go back to steps. An `EpisodeDataset` (what `load` and the
+adders return) is an RLDS dataset that carries the source of its episodes
+(`core.sources`), so the toolkit reads them whole without the nested steps.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 import tensorflow as tf
-from tensorflow.python.data.ops import dataset_ops
 
 from rlds_reverb.core import sources, types
 
@@ -59,7 +61,24 @@ def without_autograph(fn: Callable) -> Callable:
     return tf.autograph.experimental.do_not_convert(fn)
 
 
-class EpisodeDataset(dataset_ops.UnaryUnchangedStructureDataset):
+class _Views(NamedTuple):
+    """An `EpisodeDataset`'s pipelines: its source's whole episodes, and RLDS from them."""
+
+    whole_episodes: tf.data.Dataset
+    rlds: tf.data.Dataset
+
+
+def _build_views(source: sources.EpisodeSource) -> _Views:
+    whole = source.read()
+    rlds = whole.map(
+        without_autograph(
+            lambda e: {**e, types.STEPS: tf.data.Dataset.from_tensor_slices(e[types.STEPS])}
+        )
+    )
+    return _Views(whole, rlds)
+
+
+class EpisodeDataset(tf.data.Dataset):
     """An RLDS dataset that carries the source of its episodes, read as whole tensors.
 
     What `rlds_reverb.load` (for a TFDS source) and the adders return: a real
@@ -70,20 +89,42 @@ class EpisodeDataset(dataset_ops.UnaryUnchangedStructureDataset):
     decoded); any other transformation (`map`, `filter`, `batch`, ...) returns a plain
     dataset, which the toolkit reads through its nested steps, correctly but more slowly.
 
+    A selection's pipeline is built when first used (iterated, transformed, or read whole),
+    so a chain such as `.skip(a).take(n)` traces the decoding once, and a bulk reader of
+    the source (validate's record checks) traces none.
+
     Args:
       source: What the episodes come from.
+      element_spec: The episodes' spec when known (a selection keeps its dataset's); None
+        builds the pipeline now to learn it.
     """
 
-    def __init__(self, source: sources.EpisodeSource):
-        whole = source.read()
-        rlds = whole.map(
-            without_autograph(
-                lambda e: {**e, types.STEPS: tf.data.Dataset.from_tensor_slices(e[types.STEPS])}
-            )
-        )
+    def __init__(self, source: sources.EpisodeSource, *, element_spec=None):
         self._source = source
-        self._whole_episodes = whole
-        super().__init__(rlds, rlds._variant_tensor)  # The RLDS dataset, as it is.
+        self._views = None
+        # Built later only in eager mode (then lifted out of any function being traced).
+        if element_spec is None or not tf.executing_eagerly():
+            self._views = _build_views(source)
+            element_spec = self._views.rlds.element_spec
+        self._element_spec = element_spec
+        super().__init__(variant_tensor=None)  # `_variant_tensor` is the RLDS pipeline's.
+
+    def _build(self) -> _Views:
+        if self._views is None:
+            with tf.init_scope():
+                self._views = _build_views(self._source)
+        return self._views
+
+    @property
+    def _variant_tensor(self):
+        return self._build().rlds._variant_tensor
+
+    def _inputs(self) -> list[tf.data.Dataset]:
+        return [] if self._views is None else [self._views.rlds]
+
+    @property
+    def element_spec(self):
+        return self._element_spec
 
     @property
     def source(self) -> sources.EpisodeSource:
@@ -93,19 +134,23 @@ class EpisodeDataset(dataset_ops.UnaryUnchangedStructureDataset):
     @property
     def whole_episodes(self) -> tf.data.Dataset:
         """The episodes with `steps` as a nest of whole `[T, ...]` tensors."""
-        return self._whole_episodes
+        return self._build().whole_episodes
+
+    def _select(self, selection: sources.Selection) -> EpisodeDataset:
+        selection.apply(tf.data.Dataset.range(0))  # Bad arguments raise now, as in tf.data.
+        return EpisodeDataset(self._source.select(selection), element_spec=self._element_spec)
 
     def take(self, count, name=None) -> EpisodeDataset:
         """As `tf.data.Dataset.take`, on the source: the result reads whole episodes too."""
-        return EpisodeDataset(self._source.select(sources.Take(count, name)))
+        return self._select(sources.Take(count, name))
 
     def skip(self, count, name=None) -> EpisodeDataset:
         """As `tf.data.Dataset.skip`, on the source: the result reads whole episodes too."""
-        return EpisodeDataset(self._source.select(sources.Skip(count, name)))
+        return self._select(sources.Skip(count, name))
 
     def shard(self, num_shards, index, name=None) -> EpisodeDataset:
         """As `tf.data.Dataset.shard`, on the source: the result reads whole episodes too."""
-        return EpisodeDataset(self._source.select(sources.Shard(num_shards, index, name)))
+        return self._select(sources.Shard(num_shards, index, name))
 
 
 def from_source(source: sources.EpisodeSource) -> EpisodeDataset:

@@ -21,9 +21,11 @@ would import to resolve is refused (`check_feature_classes`); nothing is unpickl
 Reading. A TFDS source is read as whole episodes: TFDS decodes each episode's steps in one
 batch (images and other encoded features included) straight into `[T, ...]` tensors,
 without the per-step nested dataset, and the toolkit's functions given the returned dataset
-use those tensors (`core.episodes.to_whole_episodes`). Users still see an RLDS dataset; a
-transformation of it (`.take`, `.map`) is read through its nested steps, correctly but more
-slowly. `whole_episodes=False` reads the nested steps as TFDS gives them. The default read
+use those tensors (`core.episodes.to_whole_episodes`). Users still see an RLDS dataset: an
+`EpisodeDataset` carrying its source (`core.sources`); its `.take`, `.skip` and `.shard`
+select from the source and stay on this path, while any other transformation (`.map`) is
+read through its nested steps, correctly but more slowly. `whole_episodes=False` reads the
+nested steps as TFDS gives them. The default read
 of TFRecord shards (no `read_config`, no file shuffling) goes straight from the shards to
 whole episodes in one map (`rlds_reverb.read.records`: TFDS' own file instructions, order
 and parser), which halves the set-up of `as_dataset` and a second decoding map; any other

@@ -12,6 +12,11 @@ TFDS' own `ExampleParser` restricted to the selected step fields (fields left ou
 parsed), episode-level features decoded by their TFDS features, steps decoded as a batch.
 It serves the default read (no `read_config`, no file shuffling) of TFRecord datasets;
 `load` falls back to `as_dataset` otherwise.
+
+What it reads is a value, `RecordSource` (a kind of `core.sources.EpisodeSource`): a split
+slice is other file instructions, and `take`, `skip` and `shard` of the loaded dataset add
+selections, applied to the serialized records before the one map (a skipped episode is
+never parsed). Bulk readers (`read_serialized_batches`) read the same records.
 """
 
 from __future__ import annotations
