@@ -9,6 +9,8 @@ steps and is still right; a resumed push reads its remaining episodes the same w
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 import reverb
@@ -27,8 +29,8 @@ from rlds_reverb.read.loading import load
 from rlds_reverb.serve import tables
 from rlds_reverb.transform import items
 from rlds_reverb.write import resume
+from tests import builders, reverb_tables, users_data
 from tests import item_references as refs
-from tests import reverb_tables, users_data
 
 # name: (selection, the selections the source then holds); 300 episodes in 3 shards.
 _SELECTIONS = {
@@ -81,8 +83,8 @@ def test_a_selection_reads_the_episodes_of_the_nested_path(users_plain_dir, name
 
 
 def test_toolkit_functions_on_a_selection_equal_the_nested_path(users_plain_dir):
-    fast = load(users_plain_dir).skip(100).shard(2, 1)
-    nested = load(users_plain_dir, whole_episodes=False).skip(100).shard(2, 1)
+    fast = load(users_plain_dir).skip(200).shard(2, 1)
+    nested = load(users_plain_dir, whole_episodes=False).skip(200).shard(2, 1)
     assert records.find_record_source(fast) is not None
     assert rlds_reverb.validate(fast) == rlds_reverb.validate(nested)
     assert stats.describe_dataset(fast).lengths.tolist() == (
@@ -118,9 +120,9 @@ def test_a_users_map_falls_back_to_the_nested_steps_correctly(users_plain_dir):
     mapped = load(users_plain_dir).map(_double_rewards)
     assert not episodes_lib.has_whole_episodes(mapped)
     assert episodes_lib.find_source(mapped) is None
-    part = mapped.skip(3).take(40)  # tf.data's own take and skip, on the nested steps.
+    part = mapped.skip(3).take(20)  # tf.data's own take and skip, on the nested steps.
     assert episodes_lib.find_source(part) is None
-    nested = users_data.read_numpy(load(users_plain_dir, whole_episodes=False).skip(3).take(40))
+    nested = users_data.read_numpy(load(users_plain_dir, whole_episodes=False).skip(3).take(20))
     got = users_data.read_numpy(part)
     assert users_data.episode_ids(got) == users_data.episode_ids(nested)
     for g, n in zip(got, nested, strict=True):
@@ -128,7 +130,7 @@ def test_a_users_map_falls_back_to_the_nested_steps_correctly(users_plain_dir):
             g[types.STEPS][types.REWARD], 2 * n[types.STEPS][types.REWARD]
         )
     assert rlds_reverb.validate(part) == rlds_reverb.validate(
-        load(users_plain_dir, whole_episodes=False).skip(3).take(40)
+        load(users_plain_dir, whole_episodes=False).skip(3).take(20)
     )
     trajectories = rlds_reverb.convert_rlds_to_trajectories(part, batch_size=10_000)
     rewards = np.concatenate([t.reward for t in trajectories.as_numpy_iterator()])
@@ -143,9 +145,9 @@ def test_selections_of_other_sources_stay_whole(users_plain_dir):
     nested = load(users_plain_dir, whole_episodes=False).skip(40).take(25)
     _assert_same_episodes(users_data.read_numpy(part), users_data.read_numpy(nested))
     # An adder's output: its whole-episode tensors, selected.
-    n_step = load(users_plain_dir).apply(adders.n_step(3, 0.9)).shard(5, 2)
+    n_step = load(users_plain_dir).take(60).apply(adders.n_step(3, 0.9)).shard(5, 2)
     assert isinstance(episodes_lib.find_source(n_step), sources.DatasetSource)
-    expected = load(users_plain_dir, whole_episodes=False).apply(adders.n_step(3, 0.9))
+    expected = load(users_plain_dir, whole_episodes=False).take(60).apply(adders.n_step(3, 0.9))
     _assert_same_episodes(
         users_data.read_numpy(n_step), users_data.read_numpy(expected.shard(5, 2))
     )
@@ -162,6 +164,38 @@ def test_a_dataset_source_decodes_only_the_selected_episodes():
     assert [e[types.STEPS][types.REWARD][0] for e in kept.as_numpy_iterator()] == [1.0, 3.0]
     with pytest.raises(tf.errors.InvalidArgumentError):
         list(source.select(Skip(3)).read())
+
+
+@dataclasses.dataclass(frozen=True)
+class _ArraySource(sources.EpisodeSource):
+    """A reader of episodes held in memory (as an HDF5 reader would hold file offsets):
+    a selection narrows its list of episode indices, so nothing unselected is read."""
+
+    episodes: tuple
+    indices: tuple
+
+    def read(self) -> tf.data.Dataset:
+        chosen = [{types.STEPS: self.episodes[i]} for i in self.indices]
+        return tf.data.Dataset.from_generator(
+            lambda: iter(chosen),
+            output_signature=tf.nest.map_structure(
+                lambda x: tf.TensorSpec([None, *x.shape[1:]], tf.as_dtype(x.dtype)), chosen[0]
+            ),
+        )
+
+    def select(self, selection: sources.Selection) -> _ArraySource:
+        picked = selection.apply(tf.data.Dataset.from_tensor_slices(list(self.indices)))
+        return dataclasses.replace(self, indices=tuple(int(i) for i in picked))
+
+
+def test_another_source_kind_plugs_in():
+    episodes = tuple(builders.episode(n) for n in (3, 5, 2, 4, 6))
+    loaded = episodes_lib.from_source(_ArraySource(episodes, tuple(range(5))))
+    part = loaded.skip(1).shard(2, 0)  # Episodes 1 and 3.
+    assert episodes_lib.find_source(part).indices == (1, 3)
+    assert rlds_reverb.validate(part).steps == 5 + 4
+    trajectories = rlds_reverb.convert_rlds_to_trajectories(part, batch_size=100)
+    assert [t.reward.shape[0] for t in trajectories.as_numpy_iterator()] == [9]
 
 
 def test_what_load_returns_is_a_real_dataset_and_selections_raise_as_tf_data(cartpole_dir):
@@ -192,13 +226,13 @@ def test_a_resumed_push_writes_the_remaining_episodes_of_the_nested_path(users_p
     server = reverb.Server([table], port=None, checkpointer=checkpointer)
     try:
         client = reverb.Client(f'localhost:{server.port}')
-        # Episodes 250..299 in chunks of 20: skip(250).take(20), skip(270).take(20), ...
+        # Episodes 270..299 in chunks of 12: skip(270).take(12), skip(282).take(12), ...
         stats = resume.push_resumable(
-            episodes, client, name, item=kind, start_episode=250, checkpoint_every=20
+            episodes, client, name, item=kind, start_episode=270, checkpoint_every=12
         )
-        remaining = users_data.read_numpy(load(users_plain_dir, whole_episodes=False).skip(250))
+        remaining = users_data.read_numpy(load(users_plain_dir, whole_episodes=False).skip(270))
         expected = refs.reference_items(kind, remaining)
-        assert stats.episodes == len(remaining) == 50
+        assert stats.episodes == len(remaining) == 30
         actual = [sample.data for sample in reverb_tables.read_items(client, name)]
         refs.assert_same_items(actual, expected, where=name)
     finally:
