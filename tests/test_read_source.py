@@ -120,9 +120,9 @@ def test_a_users_map_falls_back_to_the_nested_steps_correctly(users_plain_dir):
     mapped = load(users_plain_dir).map(_double_rewards)
     assert not episodes_lib.has_whole_episodes(mapped)
     assert episodes_lib.find_source(mapped) is None
-    part = mapped.skip(3).take(20)  # tf.data's own take and skip, on the nested steps.
+    part = mapped.skip(3).take(12)  # tf.data's own take and skip, on the nested steps.
     assert episodes_lib.find_source(part) is None
-    nested = users_data.read_numpy(load(users_plain_dir, whole_episodes=False).skip(3).take(20))
+    nested = users_data.read_numpy(load(users_plain_dir, whole_episodes=False).skip(3).take(12))
     got = users_data.read_numpy(part)
     assert users_data.episode_ids(got) == users_data.episode_ids(nested)
     for g, n in zip(got, nested, strict=True):
@@ -130,7 +130,7 @@ def test_a_users_map_falls_back_to_the_nested_steps_correctly(users_plain_dir):
             g[types.STEPS][types.REWARD], 2 * n[types.STEPS][types.REWARD]
         )
     assert rlds_reverb.validate(part) == rlds_reverb.validate(
-        load(users_plain_dir, whole_episodes=False).skip(3).take(20)
+        load(users_plain_dir, whole_episodes=False).skip(3).take(12)
     )
     trajectories = rlds_reverb.convert_rlds_to_trajectories(part, batch_size=10_000)
     rewards = np.concatenate([t.reward for t in trajectories.as_numpy_iterator()])
