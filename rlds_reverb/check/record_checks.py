@@ -221,7 +221,7 @@ def count_valid_episodes(
       to name the problems.
 
     Example:
-      >>> source = records.find_record_source(episodes_lib.to_whole_episodes(episodes))
+      >>> source = records.find_record_source(episodes)
       >>> counts = count_valid_episodes(source, specs.get_step_spec(episodes))
     """
     plan = _plan_checks(source.serialized_steps, step_spec)

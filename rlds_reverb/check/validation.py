@@ -395,9 +395,7 @@ def _count_from_records(
     Deciding from the records in bulk skips the traced walk (its set-up and one Python step
     per episode); a dataset with any problem, or whose steps need decoding, is walked.
     """
-    if not episodes_lib.has_whole_episodes(episodes):
-        return None
-    source = records.find_record_source(episodes_lib.to_whole_episodes(episodes))
+    source = records.find_record_source(episodes)
     return None if source is None else record_checks.count_valid_episodes(source, step_spec)
 
 

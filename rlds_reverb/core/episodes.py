@@ -2,19 +2,22 @@
 
 An RLDS episode holds its steps as a nested `tf.data.Dataset`. The fast paths turn each
 episode into one dict of tensors with a leading time dimension (`[T, ...]` per field), work
-on whole tensors, and only then go back to steps.
+on whole tensors, and only then go back to steps. An `EpisodeDataset` (what `load` and the
+adders return) is an RLDS dataset that carries the source of its episodes
+(`core.sources`), so the toolkit reads them whole without the nested steps.
 """
 
 from __future__ import annotations
 
-import weakref
 from collections.abc import Callable
+from typing import NamedTuple
 
 import tensorflow as tf
 
-from rlds_reverb.core import types
+from rlds_reverb.core import sources, types
 
 __all__ = [
+    'EpisodeDataset',
     'batch_steps',
     'compute_terminal_discounts',
     'episode_length',
@@ -24,11 +27,6 @@ __all__ = [
 
 # tf.data's batch size for "the whole episode": larger than any episode.
 _WHOLE_EPISODE = 2**31 - 1
-
-# RLDS datasets whose episodes are also at hand as whole-episode tensors (a TFDS source read
-# without the per-step nested dataset, or an adder's output): dataset -> whole episodes.
-# Weak keys: the view lives as long as the RLDS dataset it belongs to.
-_WHOLE_EPISODE_VIEWS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
 def _empty_batch(step_spec: types.SpecNest) -> types.Nest:
@@ -72,12 +70,114 @@ def without_autograph(fn: Callable) -> Callable:
     return tf.autograph.experimental.do_not_convert(fn)
 
 
-def from_whole_episodes(whole_episodes: tf.data.Dataset) -> tf.data.Dataset:
+class _Views(NamedTuple):
+    """An `EpisodeDataset`'s pipelines: its source's whole episodes, and RLDS from them."""
+
+    whole_episodes: tf.data.Dataset
+    rlds: tf.data.Dataset
+
+
+def _build_views(source: sources.EpisodeSource) -> _Views:
+    whole = source.read()
+    rlds = whole.map(
+        without_autograph(
+            lambda e: {**e, types.STEPS: tf.data.Dataset.from_tensor_slices(e[types.STEPS])}
+        )
+    )
+    return _Views(whole, rlds)
+
+
+class EpisodeDataset(tf.data.Dataset):
+    """An RLDS dataset that carries the source of its episodes, read as whole tensors.
+
+    What `rlds_reverb.load` (for a TFDS source) and the adders return: a real
+    `tf.data.Dataset` of RLDS episodes for every use, whose `source` the toolkit's functions
+    (`to_whole_episodes`, `to_episode_tensors`; validate, convert, push, stats) read instead
+    of the per-step nested datasets. `take`, `skip` and `shard` return another
+    `EpisodeDataset` on the selected source (for TFRecord shards: skipped episodes are never
+    decoded); any other transformation (`map`, `filter`, `batch`, ...) returns a plain
+    dataset, which the toolkit reads through its nested steps, correctly but more slowly.
+
+    A selection's pipeline is built when first used (iterated, transformed, or read whole),
+    so a chain such as `.skip(a).take(n)` traces the decoding once, and a bulk reader of
+    the source (validate's record checks) traces none.
+
+    Args:
+      source: What the episodes come from.
+      element_spec: The episodes' spec when known (a selection keeps its dataset's); None
+        builds the pipeline now to learn it.
+    """
+
+    def __init__(self, source: sources.EpisodeSource, *, element_spec=None):
+        self._source = source
+        self._views = None
+        # Built later only in eager mode (then lifted out of any function being traced).
+        if element_spec is None or not tf.executing_eagerly():
+            self._views = _build_views(source)
+            element_spec = self._views.rlds.element_spec
+        self._element_spec = element_spec
+        super().__init__(variant_tensor=None)  # `_variant_tensor` is the RLDS pipeline's.
+
+    def _build(self) -> _Views:
+        if self._views is None:
+            with tf.init_scope():
+                self._views = _build_views(self._source)
+        return self._views
+
+    @property
+    def _variant_tensor(self):
+        return self._build().rlds._variant_tensor
+
+    def _inputs(self) -> list[tf.data.Dataset]:
+        return [] if self._views is None else [self._views.rlds]
+
+    @property
+    def element_spec(self):
+        return self._element_spec
+
+    @property
+    def source(self) -> sources.EpisodeSource:
+        """What the episodes come from."""
+        return self._source
+
+    @property
+    def whole_episodes(self) -> tf.data.Dataset:
+        """The episodes with `steps` as a nest of whole `[T, ...]` tensors."""
+        return self._build().whole_episodes
+
+    def _select(self, selection: sources.Selection) -> EpisodeDataset:
+        selection.apply(tf.data.Dataset.range(0))  # Bad arguments raise now, as in tf.data.
+        return EpisodeDataset(self._source.select(selection), element_spec=self._element_spec)
+
+    def take(self, count, name=None) -> EpisodeDataset:
+        """As `tf.data.Dataset.take`, on the source: the result reads whole episodes too."""
+        return self._select(sources.Take(count, name))
+
+    def skip(self, count, name=None) -> EpisodeDataset:
+        """As `tf.data.Dataset.skip`, on the source: the result reads whole episodes too."""
+        return self._select(sources.Skip(count, name))
+
+    def shard(self, num_shards, index, name=None) -> EpisodeDataset:
+        """As `tf.data.Dataset.shard`, on the source: the result reads whole episodes too."""
+        return self._select(sources.Shard(num_shards, index, name))
+
+
+def from_source(source: sources.EpisodeSource) -> EpisodeDataset:
+    """Returns the RLDS dataset of `source`'s episodes (an `EpisodeDataset`).
+
+    Example:
+      >>> episodes = from_source(sources.DatasetSource(whole_episodes))
+    """
+    return EpisodeDataset(source)
+
+
+def from_whole_episodes(whole_episodes: tf.data.Dataset) -> EpisodeDataset:
     """Returns the RLDS dataset of whole episodes, remembering their tensor form.
 
     The RLDS dataset is what users see and may transform further; the toolkit's own
-    functions given this very dataset (`to_whole_episodes`, `to_episode_tensors`) read the
-    remembered tensors and skip the per-step nested dataset.
+    functions given this very dataset, or its `take`, `skip` or `shard`
+    (`to_whole_episodes`, `to_episode_tensors`), read the tensors and skip the per-step
+    nested dataset.
 
     Args:
       whole_episodes: Episodes as dicts: episode-level fields and `steps`, a nest of
@@ -86,25 +186,25 @@ def from_whole_episodes(whole_episodes: tf.data.Dataset) -> tf.data.Dataset:
     Returns:
       An RLDS dataset: the same episodes with `steps` as a `tf.data.Dataset` of steps.
     """
-    rlds = whole_episodes.map(
-        without_autograph(
-            lambda e: {**e, types.STEPS: tf.data.Dataset.from_tensor_slices(e[types.STEPS])}
-        )
-    )
-    _WHOLE_EPISODE_VIEWS[rlds] = whole_episodes
-    return rlds
+    return EpisodeDataset(sources.DatasetSource(whole_episodes))
+
+
+def find_source(episodes: tf.data.Dataset) -> sources.EpisodeSource | None:
+    """Returns the source `episodes` reads whole, or None for a dataset read step by step."""
+    return episodes.source if isinstance(episodes, EpisodeDataset) else None
 
 
 def has_whole_episodes(episodes: tf.data.Dataset) -> bool:
     """Returns whether `episodes`' whole-episode tensors are at hand (no nested steps read)."""
-    return episodes in _WHOLE_EPISODE_VIEWS
+    return isinstance(episodes, EpisodeDataset)
 
 
 def to_whole_episodes(episodes: tf.data.Dataset) -> tf.data.Dataset:
     """Maps an RLDS dataset to its episodes with `steps` as a nest of `[T, ...]` tensors.
 
-    Episode-level fields (metadata) are kept. For a dataset `rlds_reverb.load` read from a
-    TFDS source (or an adder returned), the tensors TFDS decoded are used directly.
+    Episode-level fields (metadata) are kept. For an `EpisodeDataset` (what
+    `rlds_reverb.load` returns for a TFDS source, its `take`/`skip`/`shard`, an adder's
+    output), the tensors its source reads are used directly.
 
     Args:
       episodes: An RLDS dataset.
@@ -112,9 +212,8 @@ def to_whole_episodes(episodes: tf.data.Dataset) -> tf.data.Dataset:
     Returns:
       A dataset with one dict per episode: its episode-level fields and `steps`.
     """
-    view = _WHOLE_EPISODE_VIEWS.get(episodes)
-    if view is not None:
-        return view
+    if isinstance(episodes, EpisodeDataset):
+        return episodes.whole_episodes
     return episodes.map(
         without_autograph(lambda e: {**e, types.STEPS: batch_steps(e[types.STEPS])}),
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -132,9 +231,8 @@ def to_episode_tensors(episodes: tf.data.Dataset) -> tf.data.Dataset:
       A dataset with one element per episode (empty episodes included, with T = 0): the
       episode's steps as a nest of `[T, ...]` tensors.
     """
-    view = _WHOLE_EPISODE_VIEWS.get(episodes)
-    if view is not None:
-        return view.map(without_autograph(lambda e: e[types.STEPS]))
+    if isinstance(episodes, EpisodeDataset):
+        return episodes.whole_episodes.map(without_autograph(lambda e: e[types.STEPS]))
     return episodes.map(
         without_autograph(lambda episode: batch_steps(episode[types.STEPS])),
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -178,7 +276,7 @@ def gather_windows(steps: types.Nest, index: tf.Tensor, valid: tf.Tensor) -> typ
     return tf.nest.map_structure(_gather, steps)
 
 
-def to_rlds_episodes(episode_tensors: tf.data.Dataset) -> tf.data.Dataset:
+def to_rlds_episodes(episode_tensors: tf.data.Dataset) -> EpisodeDataset:
     """Maps a dataset of whole-episode step tensors back to an RLDS dataset.
 
     Args:

@@ -21,9 +21,11 @@ would import to resolve is refused (`check_feature_classes`); nothing is unpickl
 Reading. A TFDS source is read as whole episodes: TFDS decodes each episode's steps in one
 batch (images and other encoded features included) straight into `[T, ...]` tensors,
 without the per-step nested dataset, and the toolkit's functions given the returned dataset
-use those tensors (`core.episodes.to_whole_episodes`). Users still see an RLDS dataset; a
-transformation of it (`.take`, `.map`) is read through its nested steps, correctly but more
-slowly. `whole_episodes=False` reads the nested steps as TFDS gives them. The default read
+use those tensors (`core.episodes.to_whole_episodes`). Users still see an RLDS dataset: an
+`EpisodeDataset` carrying its source (`core.sources`); its `.take`, `.skip` and `.shard`
+select from the source and stay on this path, while any other transformation (`.map`) is
+read through its nested steps, correctly but more slowly. `whole_episodes=False` reads the
+nested steps as TFDS gives them. The default read
 of TFRecord shards (no `read_config`, no file shuffling) goes straight from the shards to
 whole episodes in one map (`rlds_reverb.read.records`: TFDS' own file instructions, order
 and parser), which halves the set-up of `as_dataset` and a second decoding map; any other
@@ -63,7 +65,7 @@ import tree
 from tensorflow_datasets.core import example_parser
 
 from rlds_reverb.core import episodes as episodes_lib
-from rlds_reverb.core import types
+from rlds_reverb.core import sources, types
 from rlds_reverb.core.errors import SourceError, SourceNotFoundError, SpecMismatchError
 from rlds_reverb.core.specs import get_step_spec
 from rlds_reverb.read import records
@@ -156,7 +158,7 @@ def load(
         for name in split_names:
             _check_shards(builder, name, where=where, full=check_files == 'full')
     if whole_episodes:
-        whole = _read_whole_episodes(
+        episodes = _read_whole_episodes(
             builder,
             split=split,
             shuffle_files=shuffle_files,
@@ -164,7 +166,6 @@ def load(
             paths=paths,
             where=where,
         )
-        episodes = episodes_lib.from_whole_episodes(whole)
         _check_step_spec(episodes, where=where)
         return episodes
     try:
@@ -257,12 +258,14 @@ def _read_whole_episodes(
     read_config: tfds.ReadConfig | None,
     paths: list[tuple[str, ...]] | None,
     where: str,
-) -> tf.data.Dataset:
-    """Returns the split's episodes with `steps` as whole `[T, ...]` tensors.
+) -> episodes_lib.EpisodeDataset:
+    """Returns the split's episodes, read as whole `[T, ...]` tensors from their source.
 
-    TFDS is told to leave `steps` encoded; each episode's step features are then decoded as
-    one batch (`decode_batch_example`: images and other encoded features decoded per step
-    inside one op), only for the selected fields.
+    The source is the split's TFRecord shards (`records.RecordSource`) for the default read,
+    else TFDS' `as_dataset` with `steps` left encoded (a `DatasetSource`). Either way each
+    episode's step features are decoded as one batch (`decode_batch_example`: images and
+    other encoded features decoded per step inside one op), only for the selected fields,
+    and only for the episodes a `take`, `skip` or `shard` keeps.
     """
     step_features = select_step_fields(
         builder.info.features[types.STEPS].feature, paths, where=where
@@ -286,24 +289,22 @@ def _read_whole_episodes(
     try:
         if records.can_read_records(builder, shuffle_files=shuffle_files, read_config=read_config):
             try:
-                return records.read_episode_records(
+                source = records.make_record_source(
                     builder,
                     split=split,
                     serialized_steps=serialized_steps,
                     decode_steps=episodes_lib.without_autograph(_decode_steps),
                 )
+                return episodes_lib.from_source(source)
             except (ValueError, KeyError, AssertionError, tf.errors.OpError):
                 pass  # A split TFDS resolves itself (such as 'all'): as_dataset reads it.
         encoded = _read_encoded_steps(
             builder, split=split, shuffle_files=shuffle_files, read_config=read_config, where=where
         )
-        return encoded.map(
-            episodes_lib.without_autograph(
-                lambda episode: {**episode, types.STEPS: _decode_steps(episode[types.STEPS])}
-            ),
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=True,
+        decode = episodes_lib.without_autograph(
+            lambda episode: {**episode, types.STEPS: _decode_steps(episode[types.STEPS])}
         )
+        return episodes_lib.from_source(sources.DatasetSource(encoded, decode))
     except SourceError:
         raise
     except Exception:  # Tracing failed: find and name the field (traced alone, once each).

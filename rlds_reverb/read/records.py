@@ -12,6 +12,11 @@ TFDS' own `ExampleParser` restricted to the selected step fields (fields left ou
 parsed), episode-level features decoded by their TFDS features, steps decoded as a batch.
 It serves the default read (no `read_config`, no file shuffling) of TFRecord datasets;
 `load` falls back to `as_dataset` otherwise.
+
+What it reads is a value, `RecordSource` (a kind of `core.sources.EpisodeSource`): a split
+slice is other file instructions, and `take`, `skip` and `shard` of the loaded dataset add
+selections, applied to the serialized records before the one map (a skipped episode is
+never parsed). Bulk readers (`read_serialized_batches`) read the same records.
 """
 
 from __future__ import annotations
@@ -19,7 +24,6 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import os
-import weakref
 from collections.abc import Callable, Iterator
 
 import numpy as np
@@ -30,7 +34,7 @@ from tensorflow.python.util import deprecation
 from tensorflow_datasets.core import example_parser
 
 from rlds_reverb.core import episodes as episodes_lib
-from rlds_reverb.core import types
+from rlds_reverb.core import sources, types
 
 # Helpers of the package's other modules only: nothing here is public API.
 __all__: list[str] = []
@@ -39,29 +43,127 @@ __all__: list[str] = []
 # from each in turn; 1 shard at a time when the dataset's order is fixed.
 _CYCLE_LENGTH = 16
 _BLOCK_LENGTH = 16
+# Record positions gathered at a time when a bulk read lists a selection's records.
+_POSITIONS_PER_BATCH = 65_536
 
 
-@dataclasses.dataclass(frozen=True)
-class RecordSource:
-    """Where the episodes `read_episode_records` returned come from, for bulk readers.
+@dataclasses.dataclass(frozen=True, eq=False)
+class RecordSource(sources.EpisodeSource):
+    """Episodes in a TFDS split's TFRecord shards: the source of what `load` reads from them.
+
+    Its episodes are the shards' records interleaved as TFDS interleaves them, then
+    `selections` (`take`, `skip`, `shard`) applied to the serialized records in order, each
+    kept record parsed and decoded. Bulk readers (`read_serialized_batches`) read the same
+    records straight from the shards.
 
     Fields:
       file_instructions: (shard path, records to skip, records to take) of the split, in
         TFDS' order of shards.
       serialized_steps: The serialized info of the selected step fields.
+      episode_features: The TFDS features of the episode-level fields (decoded by TFDS).
+      decode_steps: Called in graph with an episode's parsed (still encoded) steps; returns
+        its `steps` as whole `[T, ...]` tensors.
+      cycle_length: Shards read at a time (TFDS': 1 when the dataset's order is fixed).
+      selections: What is kept of the interleaved records, applied in order.
     """
 
     file_instructions: tuple[tuple[str, int, int], ...]
     serialized_steps: dict
+    episode_features: dict = dataclasses.field(default_factory=dict, repr=False)
+    decode_steps: Callable[[dict], dict] | None = dataclasses.field(default=None, repr=False)
+    cycle_length: int = _CYCLE_LENGTH
+    selections: tuple[sources.Selection, ...] = ()
+
+    def read(self) -> tf.data.Dataset:
+        """Returns the selected episodes: episode-level features decoded, steps whole."""
+        parser = example_parser.ExampleParser(
+            {
+                **{k: f.get_serialized_info() for k, f in self.episode_features.items()},
+                types.STEPS: self.serialized_steps,
+            }
+        )
+        records = _interleave(
+            self._list_files(),
+            lambda path, skip, take: tf.data.TFRecordDataset(path).skip(skip).take(take),
+            cycle_length=self.cycle_length,
+        )
+        for selection in self.selections:  # On the serialized records: nothing decoded.
+            records = selection.apply(records)
+
+        def _read(record: tf.Tensor) -> dict:
+            parsed = parser.parse_example(record)
+            episode = {k: f.decode_example(parsed[k]) for k, f in self.episode_features.items()}
+            return {**episode, types.STEPS: self.decode_steps(parsed[types.STEPS])}
+
+        return records.map(
+            episodes_lib.without_autograph(_read),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+
+    def select(self, selection: sources.Selection) -> RecordSource:
+        return dataclasses.replace(self, selections=(*self.selections, selection))
+
+    def list_records(self) -> list[tuple[str, np.ndarray]]:
+        """Returns each shard's selected records: (path, ascending record indices).
+
+        The positions come from the same interleave as `read`'s (over record numbers
+        instead of records), so `take`, `skip` and `shard` pick the same records here.
+        """
+        paths = [path for path, _, _ in self.file_instructions]
+        skips = np.array([skip for _, skip, _ in self.file_instructions], np.int64)
+        takes = np.array([take for _, _, take in self.file_instructions], np.int64)
+        if not self.selections:
+            return [(p, np.arange(s, s + t)) for p, s, t in zip(paths, skips, takes, strict=True)]
+        starts = np.cumsum(takes) - takes  # Each shard's first position, shards end to end.
+        numbers = _interleave(
+            tf.data.Dataset.from_tensor_slices((starts, takes)),
+            lambda start, take: tf.data.Dataset.range(start, start + take),
+            cycle_length=self.cycle_length,
+        )
+        for selection in self.selections:
+            numbers = selection.apply(numbers)
+        batches = numbers.batch(_POSITIONS_PER_BATCH).as_numpy_iterator()
+        chosen = np.sort(np.concatenate([np.zeros([0], np.int64), *batches]))
+        firsts = np.searchsorted(chosen, starts)
+        ends = np.searchsorted(chosen, starts + takes)
+        return [
+            (path, chosen[first:end] - start + skip)
+            for path, start, skip, first, end in zip(
+                paths, starts, skips, firsts, ends, strict=True
+            )
+        ]
+
+    def _list_files(self) -> tf.data.Dataset:
+        """Returns the file instructions as a dataset of (path, skip, take)."""
+        return tf.data.Dataset.from_tensor_slices(
+            (
+                [path for path, _, _ in self.file_instructions],
+                np.array([skip for _, skip, _ in self.file_instructions], np.int64),
+                np.array([take for _, _, take in self.file_instructions], np.int64),
+            )
+        )
 
 
-# Weak keys: a source is remembered as long as the dataset read from it lives.
-_SOURCES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+def _interleave(files: tf.data.Dataset, open_file: Callable, *, cycle_length: int):
+    """Returns the elements of `open_file(*file)` for every file, in TFDS' interleaved order.
+
+    The one interleave of a record source: its records and their positions come from it.
+    """
+    return files.interleave(
+        episodes_lib.without_autograph(open_file),
+        cycle_length=cycle_length,
+        block_length=_BLOCK_LENGTH,
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
 
 
 def find_record_source(episodes: tf.data.Dataset) -> RecordSource | None:
-    """Returns the records `episodes` reads, if `read_episode_records` returned it, or None."""
-    return _SOURCES.get(episodes)
+    """Returns the shards `episodes` reads, if it is (a selection of) what `load` read from
+    TFRecord shards, or None."""
+    source = episodes_lib.find_source(episodes)
+    return source if isinstance(source, RecordSource) else None
 
 
 def read_serialized_batches(source: RecordSource, *, batch_records: int) -> Iterator[list[bytes]]:
@@ -72,7 +174,7 @@ def read_serialized_batches(source: RecordSource, *, batch_records: int) -> Iter
     verified as it is read.
 
     Args:
-      source: The records to read.
+      source: The records to read (its selections applied).
       batch_records: The most records per batch (bounds memory).
 
     Raises:
@@ -80,11 +182,16 @@ def read_serialized_batches(source: RecordSource, *, batch_records: int) -> Iter
       tf.errors.NotFoundError: If a shard is missing.
     """
     batch = []
-    for path, skip, take in source.file_instructions:
+    for path, indices in source.list_records():
+        if not len(indices):
+            continue
+        wanted = np.zeros(indices[-1] + 1, bool)
+        wanted[indices] = True
         with deprecation.silence():  # tf_record_iterator is TF1's, and warns once.
             records = tf_record.tf_record_iterator(path)
-        stop = None if take < 0 else skip + take  # A negative take reads to the end.
-        for record in itertools.islice(records, skip, stop):
+        for index, record in enumerate(itertools.islice(records, indices[0], len(wanted))):
+            if not wanted[indices[0] + index]:
+                continue
             batch.append(record)
             if len(batch) == batch_records:
                 yield batch
@@ -114,14 +221,14 @@ def can_read_records(
     )
 
 
-def read_episode_records(
+def make_record_source(
     builder: tfds.core.DatasetBuilder,
     *,
     split: str,
     serialized_steps: dict,
     decode_steps: Callable[[dict], dict],
-) -> tf.data.Dataset:
-    """Returns the split's episodes: episode-level features decoded, steps by `decode_steps`.
+) -> RecordSource:
+    """Returns the source of the split's episodes, read as `builder.as_dataset` orders them.
 
     Args:
       builder: A prepared TFDS builder of an RLDS dataset (TFRecord shards).
@@ -132,46 +239,21 @@ def read_episode_records(
         episode's `steps` as whole `[T, ...]` tensors.
 
     Returns:
-      A dataset of episode dicts, in the order `builder.as_dataset(split=split)` gives.
+      The split's `RecordSource` (episode-level features decoded by their TFDS features,
+      steps by `decode_steps`).
 
     Raises:
       ValueError, KeyError, AssertionError: From TFDS, if the split cannot be resolved.
     """
     info = builder.info
-    instructions = info.splits[split].file_instructions
     features = info.features
-    episode_features = {k: f for k, f in features.items() if k != types.STEPS}
-    serialized = {k: features[k].get_serialized_info() for k in episode_features}
-    parser = example_parser.ExampleParser({**serialized, types.STEPS: serialized_steps})
-    files = tf.data.Dataset.from_tensor_slices(
-        (
-            [os.fspath(i.filename) for i in instructions],
-            np.array([i.skip for i in instructions], dtype=np.int64),
-            np.array([i.take for i in instructions], dtype=np.int64),
-        )
-    )
-    records = files.interleave(
-        episodes_lib.without_autograph(
-            lambda path, skip, take: tf.data.TFRecordDataset(path).skip(skip).take(take)
+    return RecordSource(
+        file_instructions=tuple(
+            (os.fspath(i.filename), int(i.skip), int(i.take))
+            for i in info.splits[split].file_instructions
         ),
+        serialized_steps=serialized_steps,
+        episode_features={k: f for k, f in features.items() if k != types.STEPS},
+        decode_steps=decode_steps,
         cycle_length=1 if info.disable_shuffling else _CYCLE_LENGTH,
-        block_length=_BLOCK_LENGTH,
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True,
     )
-
-    def _read(record: tf.Tensor) -> dict:
-        parsed = parser.parse_example(record)
-        episode = {k: f.decode_example(parsed[k]) for k, f in episode_features.items()}
-        return {**episode, types.STEPS: decode_steps(parsed[types.STEPS])}
-
-    episodes = records.map(
-        episodes_lib.without_autograph(_read),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True,
-    )
-    _SOURCES[episodes] = RecordSource(
-        tuple((os.fspath(i.filename), int(i.skip), int(i.take)) for i in instructions),
-        serialized_steps,
-    )
-    return episodes

@@ -14,7 +14,6 @@ import tensorflow_datasets as tfds
 
 import rlds_reverb
 from rlds_reverb.check import record_checks
-from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import specs, types
 from rlds_reverb.read import records
 from tests import builders
@@ -28,7 +27,7 @@ def _with(length=4, ending=builders.TERMINATED, **fields):
 
 
 def _source(episodes):
-    source = records.find_record_source(episodes_lib.to_whole_episodes(episodes))
+    source = records.find_record_source(episodes)
     assert source is not None
     return source
 
@@ -209,9 +208,10 @@ def test_encoded_features_are_left_to_the_walk(tmp_path):
 
 def test_datasets_not_read_from_records_have_no_source(tmp_path):
     directory = builders.write_tfds(tmp_path, _VALID, name='sources')
-    assert records.find_record_source(rlds_reverb.load(directory).take(1)) is None
+    # A user's own map is read through its steps (take, skip and shard keep the source).
+    assert records.find_record_source(rlds_reverb.load(directory).map(lambda e: e)) is None
     shuffled = rlds_reverb.load(directory, shuffle_files=True)
-    assert records.find_record_source(episodes_lib.to_whole_episodes(shuffled)) is None
+    assert records.find_record_source(shuffled) is None
 
 
 def _shard(directory):
