@@ -30,6 +30,25 @@ import tree
 
 from rlds_reverb.core import types
 
+__all__ = [
+    'IN_GRAPH_MESSAGE',
+    'NUMPY',
+    'PROBLEM_LINE',
+    'RULES',
+    'Rule',
+    'RuleEntry',
+    'Scope',
+    'StepIndex',
+    'TF',
+    'episode_step_index',
+    'evaluate_step_checks',
+    'flat_step_index',
+    'format_problem',
+    'is_broken',
+    'iterate_step_checks',
+    'list_step_checks',
+]
+
 
 class Rule(enum.Enum):
     """A validation rule, by its id (docs/semantics.md §2); its entry in `RULES` says the rest.
