@@ -170,7 +170,7 @@ def run_cli(capsys, subprocess_env) -> CliRunner:
 # than _MAX_FAST_CASES cases keeps every _FAST_CASE_STRIDE-th case (the first included) in
 # test-fast; its other cases are marked slow, and `make test` runs them all.
 _MAX_FAST_CASES = 3
-_FAST_CASE_STRIDE = 6
+_FAST_CASE_STRIDE = 10
 
 
 @pytest.hookimpl(tryfirst=True)  # Before `-m` deselects by mark.

@@ -231,6 +231,7 @@ def _two_step_data(tmp_path):
     return original, load(original)
 
 
+@pytest.mark.slow  # About 20 s.
 def test_two_step_items_without_ids_round_trip_in_insertion_order(tmp_path, server_for):
     original, episodes = _two_step_data(tmp_path)
     address = server_for(items.TwoStep(), episodes)
@@ -250,6 +251,7 @@ def test_two_step_items_without_ids_round_trip_in_insertion_order(tmp_path, serv
     assert_same_dataset(original, tmp_path / 'out')
 
 
+@pytest.mark.slow  # About 7 s.
 def test_two_step_items_cut_by_a_queue_are_partial(tmp_path):
     original, episodes = _two_step_data(tmp_path)
     signature = tables.signature_for(items.TwoStep(), episodes)
