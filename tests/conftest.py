@@ -9,6 +9,7 @@
 * `run_cli`: runs the `rlds-reverb` command line in-process or as a program, and checks
   that the command left no listening port (in-process) and no process (as a program).
 * `subprocess_env`: the environment for Python subprocesses of the tests.
+* test-fast runs a sample of each large case table (`pytest_collection_modifyitems`).
 """
 
 from __future__ import annotations
@@ -161,3 +162,27 @@ def _run(command: list[str], *, timeout: float, env: dict[str, str]):
 def run_cli(capsys, subprocess_env) -> CliRunner:
     """`run_cli(*args, subprocess=False) -> (code, out, err)`; `run_cli.start(*args)` -> Popen."""
     return CliRunner(capsys, subprocess_env)
+
+
+# --- test-fast: a sample of each large case table ------------------------------------------
+# `make test-fast` (-m 'not slow') must finish in a few minutes on 2 cores; the case tables
+# (hand-computed cases, the fault corpus) are most of the suite. A parametrized test with more
+# than _MAX_FAST_CASES cases keeps every _FAST_CASE_STRIDE-th case (the first included) in
+# test-fast; its other cases are marked slow, and `make test` runs them all.
+_MAX_FAST_CASES = 3
+_FAST_CASE_STRIDE = 10
+
+
+@pytest.hookimpl(tryfirst=True)  # Before `-m` deselects by mark.
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Marks slow all but a sample of each large case table (see `_FAST_CASE_STRIDE`)."""
+    tables: dict[tuple, list[pytest.Item]] = {}
+    for item in items:
+        if getattr(item, 'callspec', None) is not None:
+            key = (item.path, getattr(item, 'cls', None), getattr(item, 'originalname', item.name))
+            tables.setdefault(key, []).append(item)
+    for cases in tables.values():
+        if len(cases) > _MAX_FAST_CASES:
+            for index, item in enumerate(cases):
+                if index % _FAST_CASE_STRIDE:
+                    item.add_marker(pytest.mark.slow)

@@ -274,6 +274,7 @@ def test_a_server_down_at_start_is_named_before_any_work(dataset_dir, servers):
     assert _inserted(servers[0]) == 0
 
 
+@pytest.mark.slow  # A Beam pipeline: about 14 s on a loaded host.
 def test_an_invalid_episode_in_raise_mode_fails_before_anything_is_written(invalid_dir, servers):
     with pytest.raises(pipeline.DistributedPushError, match=f'Episode {_INVALID} is invalid'):
         pipeline.push_with_beam(invalid_dir, servers, _TABLE)
@@ -618,6 +619,7 @@ def test_a_server_killed_mid_pipeline_is_named_and_a_restart_and_rerun_complete_
 # --- The command line ------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # The CLI on a Beam pipeline: about 5 s of CPU, 20 s on a loaded host.
 def test_cli_push_servers_runs_the_pipeline(run_cli, dataset_dir, servers):
     code, out, err = run_cli(
         'push',

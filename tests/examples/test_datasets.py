@@ -156,6 +156,7 @@ def test_writer_rejects_a_mismatched_episode(tmp_path):
     assert not list((tmp_path / 'x').iterdir())  # Nothing half-written is left.
 
 
+@pytest.mark.slow  # Generates the default dataset twice: about 13 s on a loaded host.
 def test_ensure_default_dataset_builds_once_and_rebuilds_when_incomplete(tmp_path, monkeypatch):
     monkeypatch.setenv(cartpole.DATA_DIR_ENV, str(tmp_path))
     assert cartpole.default_data_dir() == tmp_path

@@ -140,6 +140,7 @@ def test_two_step_items_round_trip(add_ids, kind, cartpole_dir, tmp_path, server
     ids=['overlapping-pad', 'truncate', 'episode-chunks'],
 )
 @pytest.mark.parametrize('add_ids', [True, False], ids=['ids', 'in-order'])
+@pytest.mark.slow  # A server, a checkpoint and an export per case: 50 s on a loaded host.
 def test_step_items_round_trip_from_a_checkpoint(item, add_ids, tmp_path, server_for):
     # Discounts that agree with the flags (0 into and at the terminal step): items carry
     # the terminal rule's discounts (docs/semantics.md §3), so only such data round-trips.
@@ -235,6 +236,7 @@ def _two_step_data(tmp_path):
     return original, load(original)
 
 
+@pytest.mark.slow  # About 20 s.
 def test_two_step_items_without_ids_round_trip_in_insertion_order(tmp_path, server_for):
     original, episodes = _two_step_data(tmp_path)
     address = server_for(items.TwoStep(), episodes)
@@ -254,6 +256,7 @@ def test_two_step_items_without_ids_round_trip_in_insertion_order(tmp_path, serv
     assert_same_dataset(original, tmp_path / 'out')
 
 
+@pytest.mark.slow  # About 7 s.
 def test_two_step_items_cut_by_a_queue_are_partial(tmp_path):
     original, episodes = _two_step_data(tmp_path)
     signature = tables.signature_for(items.TwoStep(), episodes)
@@ -350,6 +353,7 @@ def test_interleaved_two_step_items_are_refused():
         chain.add_ids(_step_pairs((0, 0, 3), (1, 0, 3), (0, 1, 3)))
 
 
+@pytest.mark.slow  # About 15 s per case on a loaded host.
 @pytest.mark.parametrize('add_ids', [True, False], ids=['ids', 'in-order'])
 def test_partial_episodes_raise_or_are_skipped(add_ids, tmp_path, server_for):
     episodes = builders.rlds([builders.episode(6), builders.episode(4)])

@@ -56,6 +56,7 @@ def users_server(tmp_path):
     server.stop()
 
 
+@pytest.mark.slow  # About 8 s.
 def test_export_keeps_the_users_checkpoint(users_server, tmp_path):
     server, address, ckpt, mine = users_server
     before = _snapshot(ckpt)

@@ -223,6 +223,7 @@ def test_push_into_a_table_whose_limiter_blocks_inserts_times_out_clearly():
         blocking.stop()
 
 
+@pytest.mark.slow  # Waits out dead servers: 13-24 s per engine on a loaded host.
 @pytest.mark.parametrize('engine', ['structured', 'trajectory', 'observer'])
 def test_failed_push_to_a_server_that_then_dies_does_not_hang_later(
     indexed_dir, tmp_path, subprocess_env, engine

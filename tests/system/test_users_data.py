@@ -86,6 +86,7 @@ def test_users_data_has_the_shapes_of_users_data(data):
 # --- Load -----------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # Every episode of both users' datasets: 20 s on a loaded host.
 def test_load_reads_what_tfds_reads_episode_by_episode(data):
     directory, spec = data
     theirs = users_data.read_with_tfds(directory)
@@ -139,6 +140,7 @@ def test_validate_counts_every_episode_and_ending(data):
 # --- Convert --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # Both users' datasets through convert: 13 s on a loaded host.
 def test_convert_yields_each_steps_trajectory_once(data):
     directory, spec = data
     episodes = load(directory)
@@ -216,6 +218,7 @@ def test_push_writes_the_reference_items_each_once(
     refs.assert_same_items(actual, expected, where=table)
 
 
+@pytest.mark.slow  # Images and strings into Reverb: 15 s per kind on a loaded host.
 @pytest.mark.parametrize('kind_name', ['two_step', 'n_step', 'seq_pad', 'episode_split'])
 def test_push_with_images_and_strings(users_dir, users_client, users_address, kind_name):
     kind = KINDS[kind_name]
