@@ -31,7 +31,7 @@ from rlds_reverb.transform import items
 from rlds_reverb.transform.plans import count_items_per_episode, make_episode_plans
 from rlds_reverb.write import engines, resume
 from rlds_reverb.write import push as push_lib
-from tests import builders
+from tests import builders, reverb_tables
 
 pipeline = pytest.importorskip('rlds_reverb.distribute.pipeline')  # The `beam` extra.
 
@@ -73,15 +73,7 @@ def invalid_dir(tmp_path_factory):
 
 
 def _fifo_table(signature, max_size=10_000) -> reverb.Table:
-    return reverb.Table(
-        name=_TABLE,
-        sampler=reverb.selectors.Fifo(),
-        remover=reverb.selectors.Fifo(),
-        max_size=max_size,
-        rate_limiter=reverb.rate_limiters.MinSize(1),
-        max_times_sampled=1,
-        signature=signature,
-    )
+    return reverb_tables.make_fifo_table(_TABLE, signature, max_size=max_size)
 
 
 @pytest.fixture
