@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import numpy as np
 import tensorflow as tf
 import tree
 
+from rlds_reverb.check import summary
 from rlds_reverb.check.summary import DatasetStats
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import specs, types
@@ -53,16 +53,10 @@ def describe_dataset(episodes: tf.data.Dataset) -> DatasetStats:
         deterministic=True,
     )
     rows = list(summaries.as_numpy_iterator())
-    lengths = np.array([r['length'] for r in rows], np.int64)
-    terminal = np.array([r['terminal'] for r in rows], bool)
-    finished = np.array([r['finished'] for r in rows], bool)
-    return DatasetStats(
-        episodes=len(rows),
-        steps=int(lengths.sum()),
-        terminated=int(terminal.sum()),
-        truncated=int((finished & ~terminal).sum()),
-        unfinished=int((~finished).sum()),
-        lengths=lengths,
-        returns=np.array([r['return'] for r in rows], np.float64),
+    return summary.summarize_episodes(
+        [r['length'] for r in rows],
+        [r['terminal'] for r in rows],
+        [r['finished'] for r in rows],
+        [r['return'] for r in rows],
         step_spec=step_spec,
     )

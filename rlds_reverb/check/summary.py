@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import numpy as np
 import tree
@@ -18,7 +18,7 @@ import tree
 from rlds_reverb.core import types
 from rlds_reverb.read import raw_records
 
-__all__ = ['DatasetStats', 'describe_dataset_files']
+__all__ = ['DatasetStats', 'describe_dataset_files', 'summarize_episodes']
 
 
 def _describe_spec(spec) -> str:
@@ -62,6 +62,42 @@ class DatasetStats:
             name = '.'.join(map(str, path))
             lines.append(f'  {name}: {_describe_spec(spec)}')
         return '\n'.join(lines)
+
+
+def summarize_episodes(
+    lengths: Sequence[int],
+    terminal: Sequence[bool],
+    finished: Sequence[bool],
+    returns: Sequence[float],
+    *,
+    step_spec: dict,
+) -> DatasetStats:
+    """Returns the `DatasetStats` of episodes given by their lengths, endings and returns.
+
+    Args:
+      lengths: Each episode's steps.
+      terminal: Whether each episode's `is_last` step is terminal.
+      finished: Whether each episode has an `is_last` step.
+      returns: Each episode's return.
+      step_spec: The step fields' specs.
+
+    Example:
+      >>> summarize_episodes([3], [True], [True], [1.0], step_spec=spec).terminated
+      1
+    """
+    lengths_array = np.asarray(lengths, np.int64)
+    terminal_array = np.asarray(terminal, bool)
+    finished_array = np.asarray(finished, bool)
+    return DatasetStats(
+        episodes=len(lengths_array),
+        steps=int(lengths_array.sum()),
+        terminated=int(terminal_array.sum()),
+        truncated=int((finished_array & ~terminal_array).sum()),
+        unfinished=int((~finished_array).sum()),
+        lengths=lengths_array,
+        returns=np.asarray(returns, np.float64),
+        step_spec=step_spec,
+    )
 
 
 def _sum_leaves(fields: dict[str, np.ndarray], keys: list[str]) -> float:
@@ -128,15 +164,4 @@ def describe_dataset_files(
                 progress(len(lengths))
     except (OSError, ValueError):
         return None
-    lengths_array = np.array(lengths, np.int64)
-    terminal_array, finished_array = np.array(terminal, bool), np.array(finished, bool)
-    return DatasetStats(
-        episodes=len(lengths),
-        steps=int(lengths_array.sum()),
-        terminated=int(terminal_array.sum()),
-        truncated=int((finished_array & ~terminal_array).sum()),
-        unfinished=int((~finished_array).sum()),
-        lengths=lengths_array,
-        returns=np.array(returns, np.float64),
-        step_spec=step_spec,
-    )
+    return summarize_episodes(lengths, terminal, finished, returns, step_spec=step_spec)
