@@ -82,6 +82,11 @@ def test_every_command_help_imports_no_heavy_library(subprocess_env):
     assert imported == [''] * len(commands), dict(zip(commands, imported, strict=True))
 
 
+def test_info_on_a_tfds_directory_imports_no_heavy_library(subprocess_env, cartpole_dir):
+    # `info` summarizes a TFDS directory from its record files (rlds_reverb.check.summary).
+    assert _run_probes([('main', ['info', str(cartpole_dir)])], subprocess_env) == ['']
+
+
 def test_moved_enums_are_the_same_classes():
     from rlds_reverb.serve import tables
     from rlds_reverb.transform import items
