@@ -9,10 +9,23 @@ export TF_CPP_MIN_LOG_LEVEL ?= 2
 
 .PHONY: demo test test-fast bench lint venv clean
 
+# Debian packages some tests need: envlogger's riegeli links libgmp; the report test drives
+# headless Chromium. Installed with apt-get when missing (CI runs as root); elsewhere the
+# tests that need them say so and skip.
+DEBIAN_PACKAGES := libgmp10 libgmpxx4ldbl chromium
+
 $(STAMP): setup.py constraints.txt
+	@missing=$$(for p in $(DEBIAN_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$p 2>/dev/null | grep -q 'ok installed' || echo $$p; done); \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "apt-get install $$missing"; \
+	  DEBIAN_FRONTEND=noninteractive apt-get install -y -q $$missing >/dev/null \
+	  || { apt-get update -q >/dev/null && DEBIAN_FRONTEND=noninteractive \
+	       apt-get install -y -q $$missing >/dev/null; }; \
+	fi
 	rm -rf $(VENV)
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --no-input -c constraints.txt -e '.[test,beam]'
+	$(BIN)/pip install --quiet --no-input -c constraints.txt -e '.[test,beam,docs]'
 	$(BIN)/pip check
 	touch $(STAMP)
 

@@ -33,6 +33,9 @@ _INSTALL_REQUIRES = [
     'numpy>=1.23.5,<2',
     'tqdm>=4.66,<5',
     'matplotlib>=3.8,<4',
+    # Minari and D4RL files: HDF5 (h5py) and Arrow (pyarrow).
+    'h5py>=3.10,<4',
+    'pyarrow>=14,<26',
 ]
 _EXTRAS_REQUIRE = {
     'test': [
@@ -44,6 +47,17 @@ _EXTRAS_REQUIRE = {
         'nbformat>=5.10,<6',
         'ipykernel>=6.29,<7',
         'hypothesis>=6.100,<7',
+        # Records RLDS through envlogger's TFDS backend in the tests (1.3 dropped it).
+        'envlogger>=1.2,<1.3',
+        'dm-env>=1.6,<2',
+        # Drives headless Chromium (Debian's package) to check the HTML report.
+        'websocket-client>=1.8,<2',
+    ],
+    # The documentation site: `make docs` (built in the tests with --strict).
+    'docs': [
+        'mkdocs>=1.6,<1.7',
+        'mkdocs-material>=9.5,<10',
+        'mkdocstrings[python]>=0.26,<2',
     ],
     # Ingestion on Apache Beam (rlds_reverb.distribute); `make test` installs it. The pipeline
     # drives Beam's FnApiRunner through modules that are not Beam's public API: one minor.
