@@ -258,7 +258,8 @@ def test_push_writes_the_reference_items(recording, envlogger_server, kind_name)
     assert stats.steps == sum(len(e[types.STEPS][types.IS_FIRST]) for e in expected)
     got = [sample.data for sample in reverb_tables.read_items(client, kind_name)]
     refs.assert_same_items(got, want, where=kind_name)
-    reward = got[0].reward if kind_name == 'two_step' else got[0][types.REWARD]
+    item = refs._as_dict(got[0])
+    reward = item[types.N_STEP_RETURN if kind_name == 'n_step' else types.REWARD]
     assert np.asarray(reward).dtype == np.float64  # Kept, not cast to float32.
 
 
@@ -398,7 +399,7 @@ def killed(tmp_path_factory, subprocess_env) -> dict:
 
     Returns:
       'directory' (killed in KILLED_IN), 'early' (the copy), and 'expected': the first
-      KILLED_IN episodes as an uninterrupted recording of the same plan and seed writes them.
+      KILLED_IN episodes as an uninterrupted recording of the same plan and seed stores them.
     """
     root = tmp_path_factory.mktemp('killed')
     directory, early = root / 'killed', root / 'early'
@@ -431,7 +432,7 @@ def killed(tmp_path_factory, subprocess_env) -> dict:
     expected = env_lib.record(
         root / 'reference', env_lib.LONG_PLAN[:KILLED_IN], max_episodes_per_file=KILLED_IN
     )
-    return {'directory': directory, 'early': early, 'expected': expected}
+    return {'directory': directory, 'early': early, 'expected': as_stored(expected)}
 
 
 _PER_FILE = env_lib.KILLED_EPISODES_PER_FILE
@@ -452,7 +453,7 @@ def test_killed_recording_loads_its_finished_shards_and_names_what_is_lost(kille
     assert '1 complete episode(s) and an incomplete last record' in message
     assert f'only the {_PER_FILE} episode(s) of the listed shards are' in message
     _assert_same_episodes(users_data.read_numpy(episodes), killed['expected'][:_PER_FILE])
-    assert rlds_reverb.validate(load(directory), on_invalid='report').ok
+    assert rlds_reverb.validate(episodes, on_invalid='report').ok
 
 
 @pytest.mark.slow  # The killed recording (see above).
@@ -493,7 +494,7 @@ def test_reopening_envlogger_on_a_killed_recording_overwrites_it(killed, tmp_pat
     """envlogger 1.2 has no append: a new TFDSBackendWriter on the same directory starts the
     split again from shard 0. Record into a new directory, and recover the old one."""
     directory = pathlib.Path(shutil.copytree(killed['directory'], tmp_path / 'copy'))
-    expected = env_lib.record(directory, env_lib.PLAN[:2], max_episodes_per_file=5)
+    expected = as_stored(env_lib.record(directory, env_lib.PLAN[:2], max_episodes_per_file=5))
     # The killed recording's shard 1 is left behind, unlisted, and named.
     with pytest.warns(UserWarning, match='tfrecord-00001 also exists, unlisted'):
         episodes = load(directory)
