@@ -229,6 +229,15 @@ def test_convert_bootstraps_truncations_and_not_terminations(recording):
     assert batch.discount.dtype == tf.float64 and batch.reward.dtype == tf.float64
 
 
+def test_tf_agents_own_converter_fails_on_envlogger_float64_discounts(recording):
+    """Why the toolkit's converter is needed here: TF-Agents 0.19 builds the terminal
+    discount as a float32 constant (deviation D4), and envlogger's discounts are float64."""
+    rlds_to_reverb = pytest.importorskip('tf_agents.replay_buffers.rlds_to_reverb')
+    episodes = tfds.builder_from_directory(str(recording[0])).as_dataset(split=env_lib.SPLIT)
+    with pytest.raises(TypeError):
+        next(iter(rlds_to_reverb.convert_rlds_to_trajectories(episodes)))
+
+
 # --- Push and the adders ------------------------------------------------------------------------
 
 
@@ -275,7 +284,7 @@ def test_n_step_adder_equals_the_numpy_reference(recording):
         got = out[index][types.STEPS]
         for name, value in reference_n_step(episode[types.STEPS], 3, 0.9).items():
             tree.map_structure(
-                lambda a, e, name=name: np.testing.assert_allclose(
+                lambda a, e, name=name, index=index: np.testing.assert_allclose(
                     a, e, rtol=1e-12, err_msg=f'episode {index}, {name}'
                 ),
                 got[name],
