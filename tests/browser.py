@@ -14,6 +14,7 @@ docs show (docs/report.md):
 from __future__ import annotations
 
 import base64
+import contextlib
 import itertools
 import json
 import os
@@ -50,7 +51,7 @@ class Chromium:
     def __init__(self, profile_dir: pathlib.Path, *, width_px: int = 1200, height_px: int = 900):
         executable = shutil.which(CHROMIUM)
         if executable is None:
-            raise ChromiumError(f'{CHROMIUM} is not on PATH (make installs Debian\'s package).')
+            raise ChromiumError(f"{CHROMIUM} is not on PATH (make installs Debian's package).")
         self.events: list[dict] = []
         self._ids = itertools.count(1)
         self._log = open(profile_dir / 'chromium.log', 'w+b')  # noqa: SIM115  (closed in close)
@@ -88,12 +89,16 @@ class Chromium:
         deadline = time.monotonic() + _START_TIMEOUT_S
         while time.monotonic() < deadline:
             if self._process.poll() is not None:
-                raise ChromiumError(f'chromium exited with {self._process.returncode}: {self.log()}')
+                raise ChromiumError(
+                    f'chromium exited with {self._process.returncode}: {self.log()}'
+                )
             lines = path.read_text().split('\n') if path.exists() else []
             if len(lines) >= 2 and lines[0].isdigit():
                 return int(lines[0])
             time.sleep(0.05)
-        raise ChromiumError(f'chromium opened no DevTools port in {_START_TIMEOUT_S} s: {self.log()}')
+        raise ChromiumError(
+            f'chromium opened no DevTools port in {_START_TIMEOUT_S} s: {self.log()}'
+        )
 
     def _find_page(self, port: int) -> str:
         deadline = time.monotonic() + _START_TIMEOUT_S
@@ -157,11 +162,9 @@ class Chromium:
         found = []
         for event in self.events:
             method, params = event['method'], event.get('params', {})
-            if method == 'Runtime.exceptionThrown':
-                found.append(event)
-            elif method == 'Runtime.consoleAPICalled' and params.get('type') == 'error':
-                found.append(event)
-            elif method == 'Log.entryAdded' and params.get('entry', {}).get('level') == 'error':
+            console_error = method == 'Runtime.consoleAPICalled' and params.get('type') == 'error'
+            log_error = method == 'Log.entryAdded' and params['entry'].get('level') == 'error'
+            if method == 'Runtime.exceptionThrown' or console_error or log_error:
                 found.append(event)
         return found
 
@@ -184,17 +187,17 @@ class Chromium:
         if self._socket is not None:
             self._socket.close()
             self._socket = None
-        if self._process.poll() is None:
+        # Chromium's helpers (zygote, renderers, GPU) share its process group: kill them all.
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self._process.pid, signal.SIGKILL)
+        self._process.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
             try:
                 os.killpg(self._process.pid, signal.SIGKILL)
             except ProcessLookupError:
-                pass
-        self._process.wait(timeout=30)
-        # Children that outlived the leader would still be in the group.
-        try:
-            os.killpg(self._process.pid, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
+                break  # None is left.
+            time.sleep(0.05)
         self._log.close()
 
     def __enter__(self) -> Chromium:

@@ -40,7 +40,9 @@ __all__ = [
     'FieldSummary',
     'FrameSample',
     'StreamingHistogram',
+    'check_output_path',
     'compute_report',
+    'save_report',
     'write_report',
 ]
 
@@ -93,15 +95,19 @@ class StreamingHistogram:
                 self._start[dim], self._width[dim] = self._fit(lows[dim], highs[dim], None)
             elif lows[dim] < self._start[dim] or highs[dim] >= ends[dim]:
                 self._grow(dim, lows[dim], highs[dim])
-        index = np.floor((np.where(finite, values, 0.0) - self._start) / self._width)
-        index = np.clip(np.nan_to_num(index), 0, self._num_bins - 1).astype(np.int64)
+        # Dimensions without a range yet have no finite value: any bin will do, none counts.
+        start = np.nan_to_num(self._start)
+        width = np.where(np.isnan(self._width), 1.0, self._width)
+        index = _find_bins(np.where(finite, values, start), start, width)
+        index = np.clip(index, 0, self._num_bins - 1)
         flat = (np.arange(len(self._start)) * self._num_bins + index)[finite]
         self._counts += np.bincount(flat, minlength=self._counts.size).reshape(self._counts.shape)
 
     def _fit(self, low: float, high: float, width: float | None) -> tuple[float, float]:
         """Returns (start, width): the narrowest power-of-two bins (>= `width`) over [low, high]."""
         if width is None:
-            spread = max(high - low, abs(low) * 2.0**-20, abs(high) * 2.0**-20, 2.0**-40)
+            # At least 2**-20 of the magnitude: bin indices stay far inside float64 precision.
+            spread = max(high - low, max(abs(low), abs(high)) * 2.0**-20) or 1.0
             width = 2.0 ** math.floor(math.log2(spread / self._num_bins))
         while True:
             start = math.floor(low / width) * width
@@ -112,13 +118,11 @@ class StreamingHistogram:
     def _grow(self, dim: int, low: float, high: float) -> None:
         old_start, old_width = self._start[dim], self._width[dim]
         old_end = old_start + self._num_bins * old_width
+        # The new bins cover the old ones (up to the last one's start) and the new values.
         start, width = self._fit(min(low, old_start), max(high, old_end - old_width), old_width)
-        if width == old_width:
-            width *= 2.0
-            start, width = self._fit(min(low, old_start), max(high, old_end - old_width), width)
-        # Old bins lie wholly inside new ones: their starts are multiples of the new width.
-        centers = old_start + (np.arange(self._num_bins) + 0.5) * old_width
-        target = np.floor((centers - start) / width).astype(np.int64)
+        # Old bins lie wholly inside new ones: the new width is a multiple of the old one.
+        lows = old_start + np.arange(self._num_bins) * old_width
+        target = _find_bins(lows, np.float64(start), np.float64(width))
         merged = np.bincount(target, weights=self._counts[dim], minlength=self._num_bins)
         self._counts[dim] = merged.astype(np.int64)
         self._start[dim], self._width[dim] = start, width
@@ -139,6 +143,20 @@ class StreamingHistogram:
         first, last = used[0], used[-1] + 1
         edges = self._start[dim] + np.arange(first, last + 1) * self._width[dim]
         return edges, counts[first:last].copy()
+
+
+def _find_bins(values: np.ndarray, start: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """Returns the bin index of each value: bins `[start + i width, start + (i + 1) width)`.
+
+    The division can round across a bin edge (a tiny value next to a wide bin); the edges
+    themselves are exact (a power-of-two width, a start that is a multiple of it), so one
+    comparison with them puts each value in its bin.
+    """
+    index = np.floor((values - start) / width)
+    low_edge = start + index * width
+    index -= values < low_edge
+    index += values >= low_edge + width
+    return index.astype(np.int64)
 
 
 @dataclasses.dataclass
@@ -380,9 +398,7 @@ class _ActionTotals:
             [name] if spec.shape.rank == 0 else [f'{name}[{i}]' for i in range(max(size, 1))]
         )
         self._discrete = spec.dtype.is_integer or spec.dtype == tf.bool
-        self._categories: list[dict] | None = (
-            [{} for _ in self.dims] if self._discrete else None
-        )
+        self._categories: list[dict] | None = [{} for _ in self.dims] if self._discrete else None
         self._histogram = StreamingHistogram(max(size, 1))
         self._size = size
 
@@ -466,9 +482,7 @@ def compute_report(
         name: _FieldTotals(name, spec.dtype.name, _shape_of(spec), string_samples)
         for name, spec in fields.specs.items()
     }
-    metadata_specs = _flatten(
-        {k: v for k, v in episodes.element_spec.items() if k != types.STEPS}
-    )
+    metadata_specs = _flatten({k: v for k, v in episodes.element_spec.items() if k != types.STEPS})
     metadata_totals = {
         name: _FieldTotals(name, spec.dtype.name, _shape_of(spec), string_samples)
         for name, spec in metadata_specs.items()
@@ -518,9 +532,7 @@ def compute_report(
             progress(1, lengths[-1])
     return DatasetReport(
         title=title,
-        stats=summary.summarize_episodes(
-            lengths, terminal, finished, returns, step_spec=step_spec
-        ),
+        stats=summary.summarize_episodes(lengths, terminal, finished, returns, step_spec=step_spec),
         validation=report,
         step_fields=[totals.finish() for totals in step_totals.values()],
         metadata_fields=[totals.finish() for totals in metadata_totals.values()],
@@ -530,7 +542,27 @@ def compute_report(
     )
 
 
-def _open_output(path: pathlib.Path) -> tuple[int, str]:
+def check_output_path(path: os.PathLike | str) -> pathlib.Path:
+    """Checks that a report can be written to `path` (before any data is read).
+
+    Args:
+      path: The HTML file to write.
+
+    Returns:
+      `path` as a `pathlib.Path`.
+
+    Raises:
+      OSError: If `path` is a directory, or its directory is missing or not writable; the
+        message names the path and what to do.
+    """
+    path = pathlib.Path(path)
+    handle, temporary = _open_temporary(path)
+    os.close(handle)
+    os.unlink(temporary)
+    return path
+
+
+def _open_temporary(path: pathlib.Path) -> tuple[int, str]:
     """Creates the report's temporary file next to `path`; names what is wrong if it cannot."""
     if path.is_dir():
         raise IsADirectoryError(
@@ -552,6 +584,36 @@ def _open_output(path: pathlib.Path) -> tuple[int, str]:
     # mkstemp makes the file private; a report is shared as any file the user writes.
     os.chmod(temporary, 0o666 & ~files.read_umask())
     return handle, temporary
+
+
+def save_report(found: DatasetReport, path: os.PathLike | str) -> pathlib.Path:
+    """Renders a report as one self-contained HTML page and writes it to `path`.
+
+    The page is written to a temporary file beside `path` and renamed into place, so `path`
+    never holds half a page.
+
+    Args:
+      found: What `compute_report` found.
+      path: The HTML file to write (replaced if it exists).
+
+    Returns:
+      `path` as a `pathlib.Path`.
+
+    Raises:
+      OSError: If `path` cannot be written (see `check_output_path`).
+    """
+    from rlds_reverb.check import report_html  # Imported late: matplotlib.
+
+    path = pathlib.Path(path)
+    handle, temporary = _open_temporary(path)
+    try:
+        with os.fdopen(handle, 'w', encoding='utf-8') as out:
+            out.write(report_html.render_html(found))
+        os.replace(temporary, path)
+    except BaseException:
+        pathlib.Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
 
 
 def write_report(
@@ -595,22 +657,13 @@ def write_report(
     Example:
       >>> rlds_reverb.write_report(rlds_reverb.load(path), 'report.html')
     """
-    from rlds_reverb.check import report_html  # Imported late: matplotlib.
-
-    path = pathlib.Path(path)
-    handle, temporary = _open_output(path)
-    try:
-        with os.fdopen(handle, 'w', encoding='utf-8') as out:
-            found = compute_report(
-                episodes,
-                title=title,
-                frame_episodes=frame_episodes,
-                string_samples=string_samples,
-                progress=progress,
-            )
-            out.write(report_html.render_html(found))
-        os.replace(temporary, path)
-    except BaseException:
-        pathlib.Path(temporary).unlink(missing_ok=True)
-        raise
+    path = check_output_path(path)
+    found = compute_report(
+        episodes,
+        title=title,
+        frame_episodes=frame_episodes,
+        string_samples=string_samples,
+        progress=progress,
+    )
+    save_report(found, path)
     return found
