@@ -207,23 +207,39 @@ class Chromium:
         self.close()
 
 
-def make_screenshot(out: pathlib.Path, *, width_px: int = 1200, max_height_px: int = 2400) -> None:
-    """Writes a PNG of the report of the embedded CartPole dataset to `out`."""
-    from rlds_reverb.check import report
-    from rlds_reverb.examples import cartpole
-    from rlds_reverb.read import loading
+def make_screenshot(
+    out: pathlib.Path,
+    *,
+    data: pathlib.Path | None = None,
+    width_px: int = 1200,
+    max_height_px: int = 2400,
+) -> None:
+    """Writes a PNG of the report of `data` (default: the embedded CartPole dataset) to `out`.
 
-    path = cartpole.ensure_default_dataset()
+    The report is written by the command line (`rlds-reverb report DATA --out ...`), so the
+    picture shows what users get.
+
+    Raises:
+      ChromiumError: If Chromium fails, or the page logs an error or has an image that did
+        not load.
+    """
+    from rlds_reverb import cli
+
     with tempfile.TemporaryDirectory() as work:
         page = pathlib.Path(work) / 'report.html'
-        report.write_report(loading.load(path), page, title=f'{cartpole.NAME} (embedded)')
+        source = [] if data is None else [str(data)]
+        code = cli.main(['report', *source, '--out', str(page), '--no-progress'])
+        if code:
+            raise ChromiumError(f'rlds-reverb report exited with {code}')
         profile = pathlib.Path(work) / 'profile'
         profile.mkdir()
         with Chromium(profile, width_px=width_px) as browser:
             browser.open(page.as_uri())
-            errors = browser.errors()
-            if errors:
-                raise ChromiumError(f'the report has errors: {errors}')
+            broken = browser.evaluate(
+                'Array.from(document.images).filter(i => !i.naturalWidth).map(i => i.alt)'
+            )
+            if browser.errors() or broken:
+                raise ChromiumError(f'the report has errors {browser.errors()}, images {broken}')
             out.write_bytes(browser.screenshot(width_px=width_px, max_height_px=max_height_px))
 
 

@@ -575,7 +575,9 @@ def _open_temporary(path: pathlib.Path) -> tuple[int, str]:
         )
     except OSError as error:
         reason = error.strerror or str(error)
-        if not path.parent.is_dir():
+        if path.parent.exists() and not path.parent.is_dir():
+            reason = f"'{path.parent}' is not a directory"
+        elif not path.parent.exists():
             reason = 'its directory does not exist'
         raise type(error)(
             f"Cannot write the report to '{path}': {reason}. Give a path in an existing "

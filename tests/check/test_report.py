@@ -290,7 +290,10 @@ def test_unwritable_paths_are_named_before_reading(tmp_path):
     with pytest.raises(FileNotFoundError, match='its directory does not exist'):
         report.check_output_path(tmp_path / 'missing' / 'r.html')
     (tmp_path / 'file').write_text('')
-    with pytest.raises(NotADirectoryError, match="Cannot write the report to '.*file/r.html'"):
+    with pytest.raises(
+        NotADirectoryError,
+        match="Cannot write the report to '.*file/r.html': '.*file' is not a directory",
+    ):
         report.check_output_path(tmp_path / 'file' / 'r.html')
     # write_report checks first: a dataset that is not RLDS is not even looked at.
     with pytest.raises(IsADirectoryError):
