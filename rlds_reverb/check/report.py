@@ -11,16 +11,13 @@ are kept, as `info` keeps them).
 
 So the key figures are `info`'s (`DatasetStats`, from `summary.summarize_episodes`) and the
 validation table is `validate(..., on_invalid='report')`'s, without reading the data twice.
-`write_report` renders the figures as one self-contained HTML page (`report_html`).
+`report_html.write_report` renders the figures as one self-contained HTML page.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import os
-import pathlib
-import tempfile
 from collections.abc import Iterator
 from typing import Any
 
@@ -31,7 +28,7 @@ import tree
 from rlds_reverb.check import stats, summary, validation
 from rlds_reverb.check.summary import DatasetStats
 from rlds_reverb.check.validation import ValidationReport
-from rlds_reverb.core import checks, files, specs, types
+from rlds_reverb.core import checks, specs, types
 from rlds_reverb.core import episodes as episodes_lib
 
 __all__ = [
@@ -40,10 +37,7 @@ __all__ = [
     'FieldSummary',
     'FrameSample',
     'StreamingHistogram',
-    'check_output_path',
     'compute_report',
-    'save_report',
-    'write_report',
 ]
 
 # A discrete action dimension with more distinct values than this is shown as a histogram.
@@ -540,132 +534,3 @@ def compute_report(
         frames=sorted(frames, key=lambda f: (f.field, f.episode)),
         unreadable=unreadable,
     )
-
-
-def check_output_path(path: os.PathLike | str) -> pathlib.Path:
-    """Checks that a report can be written to `path` (before any data is read).
-
-    Args:
-      path: The HTML file to write.
-
-    Returns:
-      `path` as a `pathlib.Path`.
-
-    Raises:
-      OSError: If `path` is a directory, or its directory is missing or not writable; the
-        message names the path and what to do.
-    """
-    path = pathlib.Path(path)
-    handle, temporary = _open_temporary(path)
-    os.close(handle)
-    os.unlink(temporary)
-    return path
-
-
-def _open_temporary(path: pathlib.Path) -> tuple[int, str]:
-    """Creates the report's temporary file next to `path`; names what is wrong if it cannot."""
-    if path.is_dir():
-        raise IsADirectoryError(
-            f"Cannot write the report to '{path}': it is a directory. Give a file path "
-            "(such as 'report.html')."
-        )
-    try:
-        handle, temporary = tempfile.mkstemp(
-            prefix=f'.{path.name}.', suffix='.tmp', dir=path.parent
-        )
-    except OSError as error:
-        reason = error.strerror or str(error)
-        if path.parent.exists() and not path.parent.is_dir():
-            reason = f"'{path.parent}' is not a directory"
-        elif not path.parent.exists():
-            reason = 'its directory does not exist'
-        raise type(error)(
-            f"Cannot write the report to '{path}': {reason}. Give a path in an existing "
-            'directory you can write to.'
-        ) from error
-    # mkstemp makes the file private; a report is shared as any file the user writes.
-    os.chmod(temporary, 0o666 & ~files.read_umask())
-    return handle, temporary
-
-
-def save_report(found: DatasetReport, path: os.PathLike | str) -> pathlib.Path:
-    """Renders a report as one self-contained HTML page and writes it to `path`.
-
-    The page is written to a temporary file beside `path` and renamed into place, so `path`
-    never holds half a page.
-
-    Args:
-      found: What `compute_report` found.
-      path: The HTML file to write (replaced if it exists).
-
-    Returns:
-      `path` as a `pathlib.Path`.
-
-    Raises:
-      OSError: If `path` cannot be written (see `check_output_path`).
-    """
-    from rlds_reverb.check import report_html  # Imported late: matplotlib.
-
-    path = pathlib.Path(path)
-    handle, temporary = _open_temporary(path)
-    try:
-        with os.fdopen(handle, 'w', encoding='utf-8') as out:
-            out.write(report_html.render_html(found))
-        os.replace(temporary, path)
-    except BaseException:
-        pathlib.Path(temporary).unlink(missing_ok=True)
-        raise
-    return path
-
-
-def write_report(
-    episodes: tf.data.Dataset,
-    path: os.PathLike | str,
-    *,
-    title: str = 'RLDS dataset',
-    frame_episodes: int = 4,
-    string_samples: int = 8,
-    progress: types.EpisodeProgressFn | None = None,
-) -> DatasetReport:
-    """Writes one self-contained HTML page describing an RLDS dataset, in one pass over it.
-
-    The page holds the key figures of `rlds-reverb info` (episodes, steps, endings, length
-    and return), histograms of episode length and return, a table of the step fields (dtype,
-    shape, min, max, mean, NaN count), the action distribution (bars for discrete actions,
-    a histogram per dimension for continuous ones), the validation report, a strip of the
-    first and last frames of a few episodes per image field, sample values of string fields
-    and a summary of the episode metadata. Plots and frames are PNG images inside the page:
-    it opens without a network. The page is written to a temporary file beside `path` and
-    renamed into place, so `path` never holds half a report.
-
-    Args:
-      episodes: An RLDS dataset (see `rlds_reverb.core.types`), as `rlds_reverb.load` gives.
-      path: The HTML file to write (replaced if it exists).
-      title: The page's title.
-      frame_episodes: Of how many episodes (the first ones) to show frames.
-      string_samples: How many distinct values of each string field to show.
-      progress: Optional `fn(episodes, steps)`, called after each episode.
-
-    Returns:
-      The `DatasetReport` the page shows.
-
-    Raises:
-      OSError: If `path` cannot be written (a directory, a missing or read-only directory);
-        checked before the dataset is read.
-      SourceError: If the dataset holds no RLDS steps.
-      SpecMismatchError: If required step fields are missing or have the wrong dtype.
-      ValueError: If `frame_episodes` or `string_samples` is not an integer >= 0.
-
-    Example:
-      >>> rlds_reverb.write_report(rlds_reverb.load(path), 'report.html')
-    """
-    path = check_output_path(path)
-    found = compute_report(
-        episodes,
-        title=title,
-        frame_episodes=frame_episodes,
-        string_samples=string_samples,
-        progress=progress,
-    )
-    save_report(found, path)
-    return found

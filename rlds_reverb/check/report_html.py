@@ -1,4 +1,7 @@
-"""The HTML page of a dataset report: one self-contained file (inline CSS, PNG data URIs).
+"""The HTML page of a dataset report (one self-contained file: inline CSS, PNG data URIs).
+
+`write_report` checks that the page can be written, gathers the figures in one pass
+(`report.compute_report`) and writes the page (`save_report`), atomically.
 
 Plots are drawn with matplotlib's object API on its Agg canvas (no pyplot, no display, no
 global state); frames are encoded as PNG with Pillow. Every text taken from the data
@@ -12,13 +15,19 @@ from __future__ import annotations
 import base64
 import html
 import io
+import os
+import pathlib
+import tempfile
 from collections.abc import Sequence
 
 import numpy as np
+import tensorflow as tf
 
+from rlds_reverb.check import report as report_lib
 from rlds_reverb.check.report import ActionDistribution, DatasetReport, FieldSummary, FrameSample
+from rlds_reverb.core import files, types
 
-__all__ = ['render_html']
+__all__ = ['check_output_path', 'render_html', 'save_report', 'write_report']
 
 # Problems listed in the validation table before "and N more".
 MAX_PROBLEM_ROWS = 200
@@ -378,3 +387,130 @@ def render_html(report: DatasetReport) -> str:
         + ''.join(sections)
         + '</body></html>\n'
     )
+
+
+def check_output_path(path: os.PathLike | str) -> pathlib.Path:
+    """Checks that a report can be written to `path` (before any data is read).
+
+    Args:
+      path: The HTML file to write.
+
+    Returns:
+      `path` as a `pathlib.Path`.
+
+    Raises:
+      OSError: If `path` is a directory, or its directory is missing or not writable; the
+        message names the path and what to do.
+    """
+    path = pathlib.Path(path)
+    handle, temporary = _open_temporary(path)
+    os.close(handle)
+    os.unlink(temporary)
+    return path
+
+
+def _open_temporary(path: pathlib.Path) -> tuple[int, str]:
+    """Creates the report's temporary file next to `path`; names what is wrong if it cannot."""
+    if path.is_dir():
+        raise IsADirectoryError(
+            f"Cannot write the report to '{path}': it is a directory. Give a file path "
+            "(such as 'report.html')."
+        )
+    try:
+        handle, temporary = tempfile.mkstemp(
+            prefix=f'.{path.name}.', suffix='.tmp', dir=path.parent
+        )
+    except OSError as error:
+        reason = error.strerror or str(error)
+        if path.parent.exists() and not path.parent.is_dir():
+            reason = f"'{path.parent}' is not a directory"
+        elif not path.parent.exists():
+            reason = 'its directory does not exist'
+        raise type(error)(
+            f"Cannot write the report to '{path}': {reason}. Give a path in an existing "
+            'directory you can write to.'
+        ) from error
+    # mkstemp makes the file private; a report is shared as any file the user writes.
+    os.chmod(temporary, 0o666 & ~files.read_umask())
+    return handle, temporary
+
+
+def save_report(found: DatasetReport, path: os.PathLike | str) -> pathlib.Path:
+    """Renders a report as one self-contained HTML page and writes it to `path`.
+
+    The page is written to a temporary file beside `path` and renamed into place, so `path`
+    never holds half a page.
+
+    Args:
+      found: What `compute_report` found.
+      path: The HTML file to write (replaced if it exists).
+
+    Returns:
+      `path` as a `pathlib.Path`.
+
+    Raises:
+      OSError: If `path` cannot be written (see `check_output_path`).
+    """
+    path = pathlib.Path(path)
+    handle, temporary = _open_temporary(path)
+    try:
+        with os.fdopen(handle, 'w', encoding='utf-8') as out:
+            out.write(render_html(found))
+        os.replace(temporary, path)
+    except BaseException:
+        pathlib.Path(temporary).unlink(missing_ok=True)
+        raise
+    return path
+
+
+def write_report(
+    episodes: tf.data.Dataset,
+    path: os.PathLike | str,
+    *,
+    title: str = 'RLDS dataset',
+    frame_episodes: int = 4,
+    string_samples: int = 8,
+    progress: types.EpisodeProgressFn | None = None,
+) -> DatasetReport:
+    """Writes one self-contained HTML page describing an RLDS dataset, in one pass over it.
+
+    The page holds the key figures of `rlds-reverb info` (episodes, steps, endings, length
+    and return), histograms of episode length and return, a table of the step fields (dtype,
+    shape, min, max, mean, NaN count), the action distribution (bars for discrete actions,
+    a histogram per dimension for continuous ones), the validation report, a strip of the
+    first and last frames of a few episodes per image field, sample values of string fields
+    and a summary of the episode metadata. Plots and frames are PNG images inside the page:
+    it opens without a network. The page is written to a temporary file beside `path` and
+    renamed into place, so `path` never holds half a report.
+
+    Args:
+      episodes: An RLDS dataset (see `rlds_reverb.core.types`), as `rlds_reverb.load` gives.
+      path: The HTML file to write (replaced if it exists).
+      title: The page's title.
+      frame_episodes: Of how many episodes (the first ones) to show frames.
+      string_samples: How many distinct values of each string field to show.
+      progress: Optional `fn(episodes, steps)`, called after each episode.
+
+    Returns:
+      The `DatasetReport` the page shows.
+
+    Raises:
+      OSError: If `path` cannot be written (a directory, a missing or read-only directory);
+        checked before the dataset is read.
+      SourceError: If the dataset holds no RLDS steps.
+      SpecMismatchError: If required step fields are missing or have the wrong dtype.
+      ValueError: If `frame_episodes` or `string_samples` is not an integer >= 0.
+
+    Example:
+      >>> rlds_reverb.write_report(rlds_reverb.load(path), 'report.html')
+    """
+    path = check_output_path(path)
+    found = report_lib.compute_report(
+        episodes,
+        title=title,
+        frame_episodes=frame_episodes,
+        string_samples=string_samples,
+        progress=progress,
+    )
+    save_report(found, path)
+    return found

@@ -18,9 +18,9 @@ DEFAULT_OUT = 'report.html'
 
 
 def _run_report(args: argparse.Namespace) -> int:
-    from rlds_reverb.check import report
+    from rlds_reverb.check import report, report_html
 
-    out = report.check_output_path(args.out)  # Before reading: a wrong --out fails fast.
+    out = report_html.check_output_path(args.out)  # Before reading: a wrong --out fails fast.
     if args.source is None:
         from rlds_reverb.examples import cartpole
 
@@ -34,7 +34,7 @@ def _run_report(args: argparse.Namespace) -> int:
         found = report.compute_report(episodes, title=title, progress=bar.update)
     finally:
         bar.close()  # The walk's rate, without the drawing.
-    report.save_report(found, out)
+    report_html.save_report(found, out)
     verdict = 'all valid' if found.validation.ok else f'{found.validation.invalid} invalid'
     print(
         f'Wrote {out}: {found.stats.episodes} episodes, {found.stats.steps} steps ' f'({verdict}).'

@@ -286,15 +286,15 @@ def test_write_report_replaces_the_file_whole_and_leaves_no_temporary_file(
 
 def test_unwritable_paths_are_named_before_reading(tmp_path):
     with pytest.raises(IsADirectoryError, match='it is a directory. Give a file path'):
-        report.check_output_path(tmp_path)
+        report_html.check_output_path(tmp_path)
     with pytest.raises(FileNotFoundError, match='its directory does not exist'):
-        report.check_output_path(tmp_path / 'missing' / 'r.html')
+        report_html.check_output_path(tmp_path / 'missing' / 'r.html')
     (tmp_path / 'file').write_text('')
     with pytest.raises(
         NotADirectoryError,
         match="Cannot write the report to '.*file/r.html': '.*file' is not a directory",
     ):
-        report.check_output_path(tmp_path / 'file' / 'r.html')
+        report_html.check_output_path(tmp_path / 'file' / 'r.html')
     # write_report checks first: a dataset that is not RLDS is not even looked at.
     with pytest.raises(IsADirectoryError):
         rlds_reverb.write_report(tf.data.Dataset.range(3), tmp_path)
@@ -305,4 +305,4 @@ def test_a_read_only_directory_is_named(tmp_path):
     folder = tmp_path / 'ro'
     folder.mkdir(mode=0o500)
     with pytest.raises(PermissionError, match='Permission denied. Give a path in an existing'):
-        report.check_output_path(folder / 'r.html')
+        report_html.check_output_path(folder / 'r.html')
