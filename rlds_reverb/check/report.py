@@ -264,18 +264,44 @@ def _is_image(spec: tf.TensorSpec) -> bool:
 
 
 def _reduce_numeric(values: tf.Tensor) -> dict[str, tf.Tensor]:
-    """Min, max and sum (NaN left out), NaN count and size of one field's values, in float64."""
+    """Min, max and sum (NaN left out), NaN count and size of one field's values, in float64.
+
+    Integers keep their dtype for the minimum and maximum, and small ones are summed per
+    step in float32 (exact below 2**24 per step): an image episode is never copied whole
+    into float64 (eight times its size).
+    """
     if values.dtype == tf.bool:
         values = tf.cast(values, tf.uint8)
-    values = tf.cast(values, tf.float64)
-    nan = tf.math.is_nan(values)
+    size = tf.size(values, out_type=tf.int64)
     inf = tf.constant(np.inf, tf.float64)
+    if values.dtype.is_integer:
+        small = values.dtype.size <= 2
+        per_step = tf.reduce_sum(
+            tf.reshape(
+                tf.cast(values, tf.float32 if small else tf.float64), [tf.shape(values)[0], -1]
+            ),
+            axis=1,
+        )
+        return {
+            # An empty tensor's min and max are the dtype's limits: +-inf, as for floats.
+            'min': tf.where(size > 0, tf.cast(tf.reduce_min(values), tf.float64), inf),
+            'max': tf.where(size > 0, tf.cast(tf.reduce_max(values), tf.float64), -inf),
+            'sum': tf.reduce_sum(tf.cast(per_step, tf.float64)),
+            'nan': tf.constant(0, tf.int64),
+            'size': size,
+        }
+    nan = tf.math.is_nan(values)
+    kept = tf.where(nan, tf.zeros_like(values), values)
     return {
-        'min': tf.reduce_min(tf.where(nan, inf, values)),
-        'max': tf.reduce_max(tf.where(nan, -inf, values)),
-        'sum': tf.reduce_sum(tf.where(nan, tf.zeros_like(values), values)),
+        'min': tf.cast(
+            tf.reduce_min(tf.where(nan, tf.cast(inf, values.dtype), values)), tf.float64
+        ),
+        'max': tf.cast(
+            tf.reduce_max(tf.where(nan, tf.cast(-inf, values.dtype), values)), tf.float64
+        ),
+        'sum': tf.reduce_sum(tf.cast(kept, tf.float64)),
         'nan': tf.reduce_sum(tf.cast(nan, tf.int64)),
-        'size': tf.size(values, out_type=tf.int64),
+        'size': size,
     }
 
 

@@ -174,6 +174,9 @@ def test_empty_episodes_and_grayscale_frames_render():
     assert found.validation.invalid_episodes == [1]  # No steps.
     assert [s.episode for s in found.frames] == [0]
     np.testing.assert_array_equal(found.frames[0].last, frames[-1])
+    # The empty episode's uint8 limits do not leak into the minimum and maximum.
+    (observation,) = (f for f in found.step_fields if f.name == types.OBSERVATION)
+    assert (observation.minimum, observation.maximum, observation.mean) == (0, 59, 29.5)
     page = report_html.render_html(found)
     assert page.count('<img src="data:image/png;base64,') == 2 + 2 + 1  # Frames, plots, actions.
 
@@ -295,6 +298,10 @@ def test_unwritable_paths_are_named_before_reading(tmp_path):
         match="Cannot write the report to '.*file/r.html': '.*file' is not a directory",
     ):
         report_html.check_output_path(tmp_path / 'file' / 'r.html')
+    with pytest.raises(IsADirectoryError, match='it is a directory'):
+        report_html.save_report(
+            report.compute_report(builders.rlds([builders.episode(2)])), tmp_path
+        )
     # write_report checks first: a dataset that is not RLDS is not even looked at.
     with pytest.raises(IsADirectoryError):
         rlds_reverb.write_report(tf.data.Dataset.range(3), tmp_path)
