@@ -160,7 +160,8 @@ class FieldSummary:
     Attributes:
       name: The field's path, `.`-separated (`observation.image`).
       dtype: The dtype's name.
-      shape: The shape of one step's (one episode's) value.
+      shape: The shape of one step's (one episode's) value; None for a dimension (or a
+        rank) the spec leaves open.
       count: How many values (elements) were seen, NaN included.
       nan_count: How many of them are NaN.
       minimum: The smallest value, NaN left out (None for strings, or no value).
@@ -174,7 +175,7 @@ class FieldSummary:
 
     name: str
     dtype: str
-    shape: tuple
+    shape: tuple | None
     count: int = 0
     nan_count: int = 0
     minimum: float | None = None
@@ -325,7 +326,8 @@ class _Fields:
         self.actions = [
             n
             for n in _flatten({types.ACTION: step_spec[types.ACTION]})
-            if self.specs[n].dtype != tf.string
+            # Histograms need a fixed number of dimensions.
+            if self.specs[n].dtype != tf.string and self.specs[n].shape.is_fully_defined()
         ]
 
     def summarize(self, episode: dict) -> dict[str, Any]:
@@ -454,8 +456,9 @@ def _iterate_summaries(episodes: tf.data.Dataset, fields: _Fields) -> Iterator[t
     return validation.read_episodes(per_episode)
 
 
-def _shape_of(spec: tf.TensorSpec) -> tuple:
-    return tuple(spec.shape.as_list())
+def _shape_of(spec: tf.TensorSpec) -> tuple | None:
+    """The per-step shape (None for a dimension the spec leaves open; None for any rank)."""
+    return None if spec.shape.rank is None else tuple(spec.shape.as_list())
 
 
 def compute_report(

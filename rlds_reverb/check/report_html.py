@@ -218,7 +218,9 @@ def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: set[i
     return f'<table><thead><tr>{head}</tr></thead><tbody>{"".join(body)}</tbody></table>'
 
 
-def _shape_text(shape: tuple) -> str:
+def _shape_text(shape: tuple | None) -> str:
+    if shape is None:
+        return 'any'
     return '[' + ', '.join('?' if d is None else str(d) for d in shape) + ']'
 
 

@@ -24,7 +24,8 @@ def _run_report(args: argparse.Namespace) -> int:
     if args.source is None:
         from rlds_reverb.examples import cartpole
 
-        args.source = str(cartpole.ensure_default_dataset())
+        embedded = str(cartpole.ensure_default_dataset())
+        args = argparse.Namespace(**{**vars(args), 'source': embedded})
         title = f'{cartpole.NAME} (the embedded CartPole dataset)'
     else:
         title = f'{args.source} (split {args.split})'
@@ -36,9 +37,7 @@ def _run_report(args: argparse.Namespace) -> int:
         bar.close()  # The walk's rate, without the drawing.
     report_html.save_report(found, out)
     verdict = 'all valid' if found.validation.ok else f'{found.validation.invalid} invalid'
-    print(
-        f'Wrote {out}: {found.stats.episodes} episodes, {found.stats.steps} steps ' f'({verdict}).'
-    )
+    print(f'Wrote {out}: {found.stats.episodes} episodes, {found.stats.steps} steps ({verdict}).')
     return common.EXIT_OK
 
 

@@ -313,3 +313,19 @@ def test_a_read_only_directory_is_named(tmp_path):
     folder.mkdir(mode=0o500)
     with pytest.raises(PermissionError, match='Permission denied. Give a path in an existing'):
         report_html.check_output_path(folder / 'r.html')
+
+
+def test_open_shapes_are_shown_and_their_actions_left_out():
+    signature = builders.step_signature(
+        **{
+            types.OBSERVATION: tf.TensorSpec([None], tf.float32),
+            types.ACTION: tf.TensorSpec(None, tf.int64),
+        }
+    )
+    episodes = [builders.episode(2, obs_dim=3), builders.episode(3, obs_dim=3)]
+    found = report.compute_report(builders.rlds_from_generator(episodes, signature))
+    shapes = {f.name: f.shape for f in found.step_fields}
+    assert (shapes[types.OBSERVATION], shapes[types.ACTION]) == ((None,), None)
+    assert found.actions == []
+    page = report_html.render_html(found)
+    assert '<td>[?]</td>' in page and '<td>any</td>' in page
