@@ -155,9 +155,7 @@ class D4rlSource(sources.EpisodeSource):
                     end = int(self.ends[episode]) - first
                     final = None if finals is None else finals[position]
                     whole = _build_steps(
-                        # Copies: TF may keep a yielded array's buffer, and a view would
-                        # keep the whole block alive with it.
-                        {key: values[start:end].copy() for key, values in rows.items()},
+                        {key: values[start:end] for key, values in rows.items()},
                         infos=self.infos,
                         terminal=bool(self.terminal[episode]),
                         final_observation=final,
@@ -193,7 +191,13 @@ def _build_steps(
     final_observation: np.ndarray | None,
     extra_step: bool,
 ) -> dict:
-    """Returns one episode's steps (whole `[T, ...]` arrays) from its rows of the file."""
+    """Returns one episode's steps (whole `[T, ...]` arrays) from its rows of the file.
+
+    Every array is new (`rows` are views of a block): TF may keep a yielded array's buffer,
+    and a view would keep the whole block alive with it.
+    """
+    if not extra_step:
+        rows = {key: values.copy() for key, values in rows.items()}
     observation, action = rows[_OBSERVATIONS], rows[_ACTIONS]
     reward = _flatten_rewards(rows[_REWARDS])
     length = len(reward)
