@@ -419,8 +419,8 @@ def make_d4rl_source(path: str | os.PathLike, *, select_steps: Any = None) -> D4
 
     Raises:
       D4rlFileError: If the file is not in D4RL's layout: a required key missing, no rows,
-        a per-step key of another length, neither `timeouts` nor `next_observations`.
-      OSError: If h5py cannot open the file.
+        a per-step key of another length, neither `timeouts` nor `next_observations`; or
+        h5py cannot open it.
     """
     import h5py
 
@@ -491,7 +491,12 @@ def _row_spec(dataset: Any) -> tf.TensorSpec:
 
 
 def load_d4rl(
-    path: str | os.PathLike, *, split: str = SPLIT, select_steps: Any = None
+    path: str | os.PathLike,
+    *,
+    split: str = SPLIT,
+    shuffle_files: bool = False,
+    read_config: Any = None,
+    select_steps: Any = None,
 ) -> episodes_lib.EpisodeDataset:
     """Returns the RLDS episodes of a D4RL HDF5 file (what `rlds_reverb.load` reads).
 
@@ -499,6 +504,8 @@ def load_d4rl(
       path: The `.hdf5` or `.h5` file.
       split: Must be `'train'`, the only split of a D4RL file (select episodes with
         `.take`, `.skip` and `.shard`).
+      shuffle_files: Must be False: a D4RL file is one file, read in order.
+      read_config: Must be None: TFDS' read options do not apply to a D4RL file.
       select_steps: Prunes the step spec to the kept fields (see `make_d4rl_source`).
 
     Returns:
@@ -507,7 +514,14 @@ def load_d4rl(
     Raises:
       D4rlFileError: If the file is not in D4RL's layout (see `make_d4rl_source`) or
         `split` is not `'train'`.
+      ValueError: If `shuffle_files` or `read_config` is given (TFDS' options).
     """
+    if shuffle_files or read_config is not None:
+        raise ValueError(
+            f'D4RL file {os.fspath(path)}: shuffle_files and read_config are TFDS read '
+            'options and do not apply to a D4RL file, which is read in order; shuffle the '
+            'episodes with .shuffle() on what load returns instead.'
+        )
     if split != SPLIT:
         raise D4rlFileError(
             f"D4RL file {os.fspath(path)} has one split, '{SPLIT}'; got split={split!r}. "

@@ -133,7 +133,8 @@ def load(
 
     Raises:
       SourceNotFoundError: If the path does not exist or no dataset has that name.
-      D4rlFileError: If an HDF5 file is not in D4RL's layout, or `split` is not 'train'.
+      D4rlFileError: If an HDF5 file is not in D4RL's layout, or `split` is not 'train'
+        (`shuffle_files` and `read_config` are a `ValueError` for an HDF5 file).
       SourceError: If the source is not an RLDS dataset (not a TFDS directory, no `steps`),
         the split is unknown, or a shard is missing, truncated or corrupt.
       SpecMismatchError: If a required step field other than `discount` is missing.
@@ -155,6 +156,8 @@ def load(
         return d4rl.load_d4rl(
             source,
             split=split,
+            shuffle_files=shuffle_files,
+            read_config=read_config,
             select_steps=lambda spec: select_step_fields(spec, paths, where=os.fspath(source)),
         )
     if isinstance(source, tf.data.Dataset):

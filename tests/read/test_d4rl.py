@@ -380,6 +380,14 @@ def test_a_split_other_than_train_is_an_error(files):
     assert issubclass(D4rlFileError, SourceError)
 
 
+@pytest.mark.parametrize(
+    'options', [{'shuffle_files': True}, {'read_config': tfds.ReadConfig()}], ids=str
+)
+def test_tfds_read_options_are_an_error(files, options):
+    with pytest.raises(ValueError, match='TFDS read options'):
+        load(files['plain'], **options)
+
+
 def test_only_existing_hdf5_files_are_d4rl_paths(files, tmp_path):
     assert d4rl.is_d4rl_path(files['plain']) and d4rl.is_d4rl_path(str(files['next_no_timeouts']))
     assert not d4rl.is_d4rl_path(tmp_path / 'missing.hdf5')
