@@ -502,8 +502,8 @@ def load_d4rl(
 
     Args:
       path: The `.hdf5` or `.h5` file.
-      split: Must be `'train'`, the only split of a D4RL file (select episodes with
-        `.take`, `.skip` and `.shard`).
+      split: `'train'`, the only split of a D4RL file, or one slice of it in TFDS'
+        syntax (`'train[:10%]'`, `'train[100:200]'`), counted in episodes.
       shuffle_files: Must be False: a D4RL file is one file, read in order.
       read_config: Must be None: TFDS' read options do not apply to a D4RL file.
       select_steps: Prunes the step spec to the kept fields (see `make_d4rl_source`).
@@ -512,8 +512,8 @@ def load_d4rl(
       An `EpisodeDataset` on the file's `D4rlSource`.
 
     Raises:
-      D4rlFileError: If the file is not in D4RL's layout (see `make_d4rl_source`) or
-        `split` is not `'train'`.
+      D4rlFileError: If the file is not in D4RL's layout (see `make_d4rl_source`), or
+        `split` is neither `'train'` nor one slice of it.
       ValueError: If `shuffle_files` or `read_config` is given (TFDS' options).
     """
     if shuffle_files or read_config is not None:
@@ -522,9 +522,37 @@ def load_d4rl(
             'options and do not apply to a D4RL file, which is read in order; shuffle the '
             'episodes with .shuffle() on what load returns instead.'
         )
-    if split != SPLIT:
-        raise D4rlFileError(
-            f"D4RL file {os.fspath(path)} has one split, '{SPLIT}'; got split={split!r}. "
-            'Select episodes with .take(), .skip() or .shard() instead.'
+    source = make_d4rl_source(path, select_steps=select_steps)
+    for selection in _resolve_split(split, len(source.starts), where=f'D4RL file {source.path}'):
+        source = source.select(selection)
+    return episodes_lib.from_source(source)
+
+
+def _resolve_split(split: str, episodes: int, *, where: str) -> list[sources.Selection]:
+    """Returns the selections of TFDS' slicing syntax on the one split (`'train[10:20%]'`).
+
+    Raises:
+      D4rlFileError: If `split` names another split, is not valid, or joins several slices.
+    """
+    import tensorflow_datasets as tfds  # Already imported by `load`.
+
+    try:
+        instructions = tfds.core.ReadInstruction.from_spec(split).to_absolute(
+            {SPLIT: tfds.core.SplitInfo(name=SPLIT, shard_lengths=[episodes], num_bytes=0)}
         )
-    return episodes_lib.from_source(make_d4rl_source(path, select_steps=select_steps))
+    except (ValueError, AssertionError, TypeError) as e:
+        raise D4rlFileError(
+            f"{where} has one split, '{SPLIT}' ({episodes} episodes); split={split!r} does "
+            f"not select from it ({e}). Use '{SPLIT}', a slice such as '{SPLIT}[:10%]', or "
+            '.take(), .skip() and .shard() on what load returns.'
+        ) from e
+    if len(instructions) != 1:
+        raise D4rlFileError(
+            f'{where}: split={split!r} joins {len(instructions)} slices; a D4RL file reads '
+            'one slice of its split. Load each slice and concatenate the datasets instead.'
+        )
+    first = instructions[0].from_ or 0
+    last = episodes if instructions[0].to is None else instructions[0].to
+    if (first, last) == (0, episodes):
+        return []
+    return [sources.Skip(first), sources.Take(max(last - first, 0))]

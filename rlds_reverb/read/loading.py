@@ -112,7 +112,8 @@ def load(
 
     Args:
       source: A `tf.data.Dataset` of RLDS episodes, a TFDS dataset directory (or the parent
-        of its version directories), or a TFDS dataset name found in `data_dir`.
+        of its version directories), a D4RL HDF5 file, or a TFDS dataset name found in
+        `data_dir`.
       split: The TFDS split, with TFDS' slicing syntax (`'train[:10%]'`); ignored for a
         `tf.data.Dataset`.
       data_dir: Where to look up a TFDS dataset name; TFDS' default when None.
@@ -134,7 +135,7 @@ def load(
     Raises:
       SourceNotFoundError: If the path does not exist or no dataset has that name.
       D4rlFileError: If an HDF5 file is not in D4RL's layout, or `split` is not 'train'
-        (`shuffle_files` and `read_config` are a `ValueError` for an HDF5 file).
+        or one slice of it (`shuffle_files` and `read_config` are a `ValueError` there).
       SourceError: If the source is not an RLDS dataset (not a TFDS directory, no `steps`),
         the split is unknown, or a shard is missing, truncated or corrupt.
       SpecMismatchError: If a required step field other than `discount` is missing.

@@ -374,9 +374,29 @@ def test_a_file_that_is_not_hdf5_is_an_error(tmp_path):
         load(path)
 
 
-def test_a_split_other_than_train_is_an_error(files):
-    with pytest.raises(D4rlFileError, match="one split, 'train'"):
-        load(files['plain'], split='test')
+@pytest.mark.parametrize(
+    ('split', 'numbers'),
+    [('train', range(7)), ('train[2:5]', range(2, 5)), ('train[-2:]', range(5, 7)),
+     ('train[:50%]', range(4)), ('train[3:3]', [])],  # TFDS rounds 3.5 to 4.
+)  # fmt: skip
+def test_a_slice_of_the_one_split_selects_on_the_source(files, split, numbers):
+    episodes = load(files['plain'], split=split)
+    assert episodes_lib.find_source(episodes).list_episodes().tolist() == list(numbers)
+    expected = _cast_as_the_builder(_tfds_episodes(files['plain']), 'v2-medium')
+    _assert_same_episodes(_read(episodes), [expected[i] for i in numbers])
+
+
+@pytest.mark.parametrize(
+    ('split', 'message'),
+    [
+        ('test', "one split, 'train' \\(7 episodes\\); split='test' does not select"),
+        ('train[:20]', 'does not select from it'),
+        ('train[:2]+train[4:]', 'joins 2 slices'),
+    ],
+)
+def test_another_split_or_a_union_of_slices_is_an_error(files, split, message):
+    with pytest.raises(D4rlFileError, match=message):
+        load(files['plain'], split=split)
     assert issubclass(D4rlFileError, SourceError)
 
 
