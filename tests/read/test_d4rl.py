@@ -329,6 +329,13 @@ def test_push_writes_the_reference_two_step_items(files):
         tree.map_structure(np.testing.assert_allclose, dict(got._asdict()), want)
 
 
+def test_the_command_line_validates_a_file_and_a_slice_of_it(files, run_cli):
+    code, out, _ = run_cli('validate', str(files['plain']))
+    assert code == 0 and 'episodes: 7 (valid 7, invalid 0)' in out
+    code, out, _ = run_cli('validate', str(files['plain']), '--split', 'train[2:5]')
+    assert code == 0 and 'episodes: 3 (valid 3, invalid 0)' in out
+
+
 # --- Errors --------------------------------------------------------------------------------
 
 
