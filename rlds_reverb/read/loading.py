@@ -11,6 +11,8 @@ Sources, in the order they are tried:
   (holding `dataset_info.json`, e.g. `~/tensorflow_datasets/name/1.0.0`), or a parent of
   version directories (`name/` holding `1.0.0/`, or `name/config/1.0.0/`; the latest version
   is used when there are several);
+* a path to a D4RL HDF5 file (`.hdf5`, `.h5`): D4RL's key layout read as TFDS' d4rl
+  builder makes episodes of it (`rlds_reverb.read.d4rl`, docs/d4rl.md);
 * a TFDS dataset name (`'name'`, `'name/config'`, `'name:1.0.0'`) found in `data_dir`
   (or in TFDS' default data directory); nothing is ever downloaded (a community namespace
   such as `'huggingface:name'`, which TFDS fetches, is refused).
@@ -75,7 +77,7 @@ from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import sources, types
 from rlds_reverb.core.errors import SourceError, SourceNotFoundError, SpecMismatchError
 from rlds_reverb.core.specs import get_step_spec
-from rlds_reverb.read import records
+from rlds_reverb.read import d4rl, records
 from rlds_reverb.storage import tfds_writer
 
 __all__ = [
@@ -119,7 +121,8 @@ def load(
 
     Args:
       source: A `tf.data.Dataset` of RLDS episodes, a TFDS dataset directory (or the parent
-        of its version directories), or a TFDS dataset name found in `data_dir`.
+        of its version directories), a D4RL HDF5 file, or a TFDS dataset name found in
+        `data_dir`.
       split: The TFDS split, with TFDS' slicing syntax (`'train[:10%]'`); ignored for a
         `tf.data.Dataset`.
       data_dir: Where to look up a TFDS dataset name; TFDS' default when None.
@@ -141,6 +144,8 @@ def load(
 
     Raises:
       SourceNotFoundError: If the path does not exist or no dataset has that name.
+      D4rlFileError: If an HDF5 file is not in D4RL's layout, or `split` is not 'train'
+        or one slice of it (`shuffle_files` and `read_config` are a `ValueError` there).
       SourceError: If the source is not an RLDS dataset (not a TFDS directory, no `steps`),
         the split is unknown, or a shard is missing, truncated or corrupt, or the only
         shard is one an interrupted recording left unlisted.
@@ -159,6 +164,14 @@ def load(
             f"check_files={check_files!r} is not valid; expected True, False or 'full'."
         )
     paths = _parse_step_fields(step_fields)
+    if d4rl.is_d4rl_path(source):  # A D4RL HDF5 file (rlds_reverb.read.d4rl).
+        return d4rl.load_d4rl(
+            source,
+            split=split,
+            shuffle_files=shuffle_files,
+            read_config=read_config,
+            select_steps=lambda spec: select_step_fields(spec, paths, where=os.fspath(source)),
+        )
     if isinstance(source, tf.data.Dataset):
         where = 'the given tf.data.Dataset'
         return _check_episodes(_select_in_steps(source, paths, where=where), where=where)
