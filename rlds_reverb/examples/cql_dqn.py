@@ -200,13 +200,17 @@ def items_to_transitions(items: dict) -> trajectory.Transition:
 
 @dataclasses.dataclass
 class TrainHistory:
-    """What `train` records: losses per iteration, evaluations, last priorities sent."""
+    """What `train` records: losses per iteration, evaluations, last priorities sent.
+
+    `seconds` is the whole run's wall time, `eval_seconds` the part spent evaluating.
+    """
 
     losses: list[float] = dataclasses.field(default_factory=list)
     eval_iterations: list[int] = dataclasses.field(default_factory=list)
     eval_returns: list[float] = dataclasses.field(default_factory=list)
     last_priorities: dict[int, float] = dataclasses.field(default_factory=dict)
     seconds: float = 0.0
+    eval_seconds: float = 0.0
 
 
 def make_train_step(
@@ -341,9 +345,15 @@ def train(
     train_step = make_train_step(agent, learner, config)
     iterator = iter(learner.as_dataset())
     started = time.perf_counter()
-    if eval_fn is not None and 0 in scheduled:
-        history.eval_iterations.append(0)
+
+    def evaluate(iteration: int) -> None:
+        begun = time.perf_counter()
+        history.eval_iterations.append(iteration)
         history.eval_returns.append(eval_fn())
+        history.eval_seconds += time.perf_counter() - begun
+
+    if eval_fn is not None and 0 in scheduled:
+        evaluate(0)
     bar = tqdm(range(1, config.num_iterations + 1), desc='train', disable=not progress)
     for iteration in bar:
         loss, keys, priorities = train_step(iterator)
@@ -354,8 +364,7 @@ def train(
             config.eval_interval and iteration % config.eval_interval == 0
         )
         if eval_fn is not None and (due or last):
-            history.eval_iterations.append(iteration)
-            history.eval_returns.append(eval_fn())
+            evaluate(iteration)
             bar.set_postfix(loss=f'{float(loss):.3f}', eval_return=history.eval_returns[-1])
     history.seconds = time.perf_counter() - started
     return history

@@ -267,8 +267,9 @@ def run_demo(
       final greedy policy, 10 episodes), `behaviour_return` (the dataset's mean return),
       the learning curve as `eval_iterations` (from 0, the untrained policy) and
       `eval_returns` (`config.eval_episodes` episodes each), `num_items`,
-      `items_per_server`, `num_iterations`, `train_seconds`, `total_seconds`,
-      `final_loss`, the `plot` and `dataset` paths and the recipe (`config`).
+      `items_per_server`, `num_iterations`, `train_seconds` (`eval_seconds` of it spent
+      evaluating), `total_seconds`, `final_loss`, the `plot` and `dataset` paths and the
+      recipe (`config`).
 
     Raises:
       InvalidEpisodeError: If the dataset holds an invalid episode.
@@ -348,6 +349,7 @@ def run_demo(
         'items_per_server': counts,
         'num_iterations': config.num_iterations,
         'train_seconds': history.seconds,
+        'eval_seconds': history.eval_seconds,
         'total_seconds': time.perf_counter() - started,
         'eval_iterations': history.eval_iterations,
         'eval_returns': history.eval_returns,

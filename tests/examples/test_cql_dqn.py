@@ -307,6 +307,7 @@ def test_demo_command_writes_the_curve_from_iteration_0_the_summary_and_the_plot
     behaviour = demo.compute_behaviour_return(loading.load(episodes_path))
     assert summary['behaviour_return'] == pytest.approx(behaviour)
     assert 0 < summary['eval_return'] <= 500
+    assert 0 < summary['eval_seconds'] < summary['train_seconds']
     assert summary['config'] == json.loads(json.dumps(dataclasses.asdict(config)))
     plot = tmp_path / 'out' / demo.PLOT_NAME
     assert summary['plot'] == str(plot) and plot.stat().st_size > 10_000
