@@ -72,7 +72,7 @@ class LearnerConfig:
       priority_epsilon: ε in priority = |δ| + ε.
       beta_start: β of the importance weights at step 0, annealed linearly ...
       beta_end: ... to this value at the last iteration.
-      eval_interval: Iterations between evaluations (0: none during training).
+      eval_interval: Iterations between evaluations (0: only those of `eval_schedule`).
       eval_schedule: More iterations to evaluate after, denser where learning is fast;
         0 evaluates the untrained policy. Those beyond `num_iterations` are skipped.
       eval_episodes: Episodes per evaluation during training.
