@@ -288,13 +288,15 @@ def evaluate_policy(
     eager = py_tf_eager_policy.PyTFEagerPolicy(policy, use_tf_function=True, batch_time_steps=False)
     returns = np.zeros(num_episodes)
     running = np.ones(num_episodes, bool)
-    time_step = batched.reset()
-    while running.any():
-        time_step = batched.step(np.asarray(eager.action(time_step).action))
-        # An environment stepped after its last step starts a new episode: not counted.
-        returns += np.where(running, time_step.reward, 0.0)
-        running &= ~time_step.is_last()
-    batched.close()
+    try:
+        time_step = batched.reset()
+        while running.any():
+            time_step = batched.step(np.asarray(eager.action(time_step).action))
+            # An environment stepped after its last step starts a new episode: not counted.
+            returns += np.where(running, time_step.reward, 0.0)
+            running &= ~time_step.is_last()
+    finally:
+        batched.close()
     return float(np.mean(returns))
 
 

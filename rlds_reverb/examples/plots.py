@@ -17,7 +17,7 @@ __all__ = [
 CURVE_TITLE = 'evaluation return'
 BEHAVIOUR_LABEL = 'behaviour policy (the dataset)'
 # Iterations up to this are drawn on a linear scale, later ones on a log scale: the rise
-# from the untrained policy happens in the first few hundred of thousands of iterations.
+# from the untrained policy takes the first few hundred of the run's thousands.
 _LINEAR_UP_TO = 100
 _ITERATION_TICKS = (0, 25, 50, 100, 200, 500, 1_000, 2_000, 5_000, 10_000, 20_000, 50_000)
 
@@ -66,7 +66,7 @@ def build_training_figure(
         color='tab:red',
         ls='--',
         lw=2,
-        label=f'{BEHAVIOUR_LABEL}: ' f'{behaviour_return:.0f}',
+        label=f'{BEHAVIOUR_LABEL}: {behaviour_return:.0f}',
     )
     ax_eval.plot(iterations, returns, 'o-', color='tab:blue', lw=2, label='learned policy (greedy)')
     if iterations and iterations[0] == 0:
