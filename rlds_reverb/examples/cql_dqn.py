@@ -91,8 +91,8 @@ class LearnerConfig:
     priority_epsilon: float = 1e-3
     beta_start: float = 0.4
     beta_end: float = 1.0
-    eval_interval: int = 500
-    eval_schedule: tuple[int, ...] = (0, 25, 50, 75, 100, 150, 200, 250, 300, 400, 750)
+    eval_interval: int = 1_000
+    eval_schedule: tuple[int, ...] = (0, 25, 50, 75, 100, 150, 200, 250, 300, 400, 500, 750)
     eval_episodes: int = 5
     seed: int = 0
 

@@ -12,7 +12,7 @@
    importance weights with β annealed 0.4 -> 1, and priorities |δ| + ε sent back after
    every step (each to the server its sample came from). The greedy policy is evaluated
    (5 episodes) before the first step, densely over the first few hundred iterations, where
-   it rises from the untrained policy's return, then every 500: the learning curve.
+   it rises from the untrained policy's return, then every 1,000: the learning curve.
 5. Evaluates the final greedy policy in CartPole-v1 for 10 episodes.
 6. Prints its average return next to the behaviour policy's average return in the dataset.
 7. Saves a PNG of the learning curve against the behaviour policy's return, the loss and
