@@ -22,7 +22,12 @@ def _run_demo(args: argparse.Namespace) -> int:
         seed=args.seed,
         num_servers=args.servers,
     )
-    print(f'done in {summary["total_seconds"]:.0f} s; summary: {output_dir}/{demo.SUMMARY_NAME}')
+    print(demo.format_curve(summary))
+    print(
+        f'learned policy {summary["eval_return"]:.1f} vs behaviour policy '
+        f'{summary["behaviour_return"]:.1f}; done in {summary["total_seconds"]:.0f} s; '
+        f'plot: {summary["plot"]}; summary: {output_dir}/{demo.SUMMARY_NAME}'
+    )
     return common.EXIT_OK
 
 

@@ -72,7 +72,9 @@ class LearnerConfig:
       priority_epsilon: ε in priority = |δ| + ε.
       beta_start: β of the importance weights at step 0, annealed linearly ...
       beta_end: ... to this value at the last iteration.
-      eval_interval: Iterations between evaluations (0: none during training).
+      eval_interval: Iterations between evaluations (0: only those of `eval_schedule`).
+      eval_schedule: More iterations to evaluate after, denser where learning is fast;
+        0 evaluates the untrained policy. Those beyond `num_iterations` are skipped.
       eval_episodes: Episodes per evaluation during training.
       seed: Seeds TensorFlow (network initialization).
     """
@@ -89,8 +91,9 @@ class LearnerConfig:
     priority_epsilon: float = 1e-3
     beta_start: float = 0.4
     beta_end: float = 1.0
-    eval_interval: int = 500
-    eval_episodes: int = 3
+    eval_interval: int = 1_000
+    eval_schedule: tuple[int, ...] = (0, 25, 50, 75, 100, 150, 200, 250, 300, 400, 500, 750)
+    eval_episodes: int = 5
     seed: int = 0
 
 
@@ -197,13 +200,17 @@ def items_to_transitions(items: dict) -> trajectory.Transition:
 
 @dataclasses.dataclass
 class TrainHistory:
-    """What `train` records: losses per iteration, evaluations, last priorities sent."""
+    """What `train` records: losses per iteration, evaluations, last priorities sent.
+
+    `seconds` is the whole run's wall time, `eval_seconds` the part spent evaluating.
+    """
 
     losses: list[float] = dataclasses.field(default_factory=list)
     eval_iterations: list[int] = dataclasses.field(default_factory=list)
     eval_returns: list[float] = dataclasses.field(default_factory=list)
     last_priorities: dict[int, float] = dataclasses.field(default_factory=dict)
     seconds: float = 0.0
+    eval_seconds: float = 0.0
 
 
 def make_train_step(
@@ -251,10 +258,14 @@ def evaluate_policy(
 ) -> float:
     """Returns the average undiscounted return of `policy` over `num_episodes` episodes.
 
+    The episodes run side by side, one environment each, so that the policy acts on a
+    batch of observations per step: an evaluation costs about as many policy calls as its
+    longest episode has steps, whatever `num_episodes` is.
+
     Args:
       policy: A TF-Agents TF policy (for example `agent.policy`, greedy for DQN).
       num_episodes: Episodes to run (> 0).
-      seed: Seeds the environment; episode k resets with `seed + k`.
+      seed: Seeds the environments; episode k resets with `seed + k`.
       env_name: The gym environment id.
 
     Returns:
@@ -266,20 +277,26 @@ def evaluate_policy(
     Example:
       >>> evaluate_policy(agent.policy, num_episodes=10)
     """
+    from tf_agents.environments import batched_py_environment
     from tf_agents.policies import py_tf_eager_policy
 
     checks.check_int_at_least(num_episodes, 1, argument='num_episodes')
-    env = make_eval_env(env_name)
-    eager = py_tf_eager_policy.PyTFEagerPolicy(policy, use_tf_function=True)
-    returns = []
-    for episode in range(num_episodes):
+    envs = [make_eval_env(env_name) for _ in range(num_episodes)]
+    for episode, env in enumerate(envs):
         env.seed(seed + episode)
-        time_step, total = env.reset(), 0.0
-        while not time_step.is_last():
-            time_step = env.step(eager.action(time_step).action)
-            total += float(time_step.reward)
-        returns.append(total)
-    env.close()
+    batched = batched_py_environment.BatchedPyEnvironment(envs, multithreading=False)
+    eager = py_tf_eager_policy.PyTFEagerPolicy(policy, use_tf_function=True, batch_time_steps=False)
+    returns = np.zeros(num_episodes)
+    running = np.ones(num_episodes, bool)
+    try:
+        time_step = batched.reset()
+        while running.any():
+            time_step = batched.step(np.asarray(eager.action(time_step).action))
+            # An environment stepped after its last step starts a new episode: not counted.
+            returns += np.where(running, time_step.reward, 0.0)
+            running &= ~time_step.is_last()
+    finally:
+        batched.close()
     return float(np.mean(returns))
 
 
@@ -308,31 +325,48 @@ def train(
         `experience_fn`.
       config: The recipe.
       progress: Whether to show a tqdm progress bar of the iterations.
-      eval_fn: Called every `config.eval_interval` iterations and after the last one;
-        returns the evaluation return (None: no evaluation).
+      eval_fn: Called before the first iteration if `config.eval_schedule` holds 0, after
+        every iteration in it, every `config.eval_interval` iterations and after the last
+        one; returns the evaluation return (None: no evaluation).
 
     Returns:
       The `TrainHistory`.
+
+    Raises:
+      ValueError: If `config.eval_schedule` holds a negative iteration.
 
     Example:
       >>> history = train(agent, learner, config, eval_fn=lambda: evaluate_policy(agent.policy))
     """
     from tqdm.auto import tqdm
 
+    for index, at in enumerate(config.eval_schedule):
+        checks.check_int_at_least(at, 0, argument=f'eval_schedule[{index}]')
+    scheduled = set(config.eval_schedule)
     history = TrainHistory()
     train_step = make_train_step(agent, learner, config)
     iterator = iter(learner.as_dataset())
     started = time.perf_counter()
+
+    def evaluate(iteration: int) -> None:
+        begun = time.perf_counter()
+        history.eval_iterations.append(iteration)
+        history.eval_returns.append(eval_fn())
+        history.eval_seconds += time.perf_counter() - begun
+
+    if eval_fn is not None and 0 in scheduled:
+        evaluate(0)
     bar = tqdm(range(1, config.num_iterations + 1), desc='train', disable=not progress)
     for iteration in bar:
         loss, keys, priorities = train_step(iterator)
         history.losses.append(float(loss))
         record_priorities(history, keys.numpy(), priorities.numpy())
         last = iteration == config.num_iterations
-        due = config.eval_interval and iteration % config.eval_interval == 0
+        due = iteration in scheduled or (
+            config.eval_interval and iteration % config.eval_interval == 0
+        )
         if eval_fn is not None and (due or last):
-            history.eval_iterations.append(iteration)
-            history.eval_returns.append(eval_fn())
+            evaluate(iteration)
             bar.set_postfix(loss=f'{float(loss):.3f}', eval_return=history.eval_returns[-1])
     history.seconds = time.perf_counter() - started
     return history

@@ -10,10 +10,13 @@
 4. Trains `learner.CqlDqnAgent` (TF-Agents double DQN plus the CQL penalty) offline, only
    from Reverb: prioritized batches (from every server, in proportion to their sizes),
    importance weights with β annealed 0.4 -> 1, and priorities |δ| + ε sent back after
-   every step (each to the server its sample came from).
+   every step (each to the server its sample came from). The greedy policy is evaluated
+   (5 episodes) before the first step, densely over the first few hundred iterations, where
+   it rises from the untrained policy's return, then every 1,000: the learning curve.
 5. Evaluates the final greedy policy in CartPole-v1 for 10 episodes.
 6. Prints its average return next to the behaviour policy's average return in the dataset.
-7. Saves a PNG of the loss, the evaluation return and the priority distribution.
+7. Saves a PNG of the learning curve against the behaviour policy's return, the loss and
+   the priority distribution; `summary.json` holds the curve and both returns.
 
 Example:
   >>> summary = run_demo(quick=True)
@@ -55,6 +58,7 @@ __all__ = [
     'SUMMARY_NAME',
     'TABLE',
     'compute_behaviour_return',
+    'format_curve',
     'make_action_spec',
     'make_config',
     'make_learner_dataset',
@@ -99,6 +103,19 @@ def compute_behaviour_return(episodes: tf.data.Dataset) -> float:
     )
     values = [float(r) for r in returns.as_numpy_iterator()]
     return sum(values) / max(1, len(values))
+
+
+def format_curve(summary: dict[str, Any]) -> str:
+    """Returns the learning curve of a demo summary as one line, `iteration: return` pairs.
+
+    Example:
+      >>> format_curve({'eval_iterations': [0, 25], 'eval_returns': [9.3, 84.0]})
+      'learning curve (iteration: return): 0: 9, 25: 84'
+    """
+    pairs = zip(summary['eval_iterations'], summary['eval_returns'], strict=True)
+    return 'learning curve (iteration: return): ' + ', '.join(
+        f'{iteration}: {value:.0f}' for iteration, value in pairs
+    )
 
 
 def make_action_spec(signature: types.SpecNest) -> tensor_spec.BoundedTensorSpec:
@@ -246,10 +263,13 @@ def run_demo(
         the learner samples all of them as one table.
 
     Returns:
-      A JSON-able dict: `eval_return` (final greedy policy, 10 episodes),
-      `behaviour_return`, `num_items`, `num_iterations`, `train_seconds`, `total_seconds`,
-      `eval_returns` during training, `plot` and `dataset` paths, the recipe, and
-      `items_per_server`.
+      A JSON-able dict (also written to `output_dir/summary.json`): `eval_return` (the
+      final greedy policy, 10 episodes), `behaviour_return` (the dataset's mean return),
+      the learning curve as `eval_iterations` (from 0, the untrained policy) and
+      `eval_returns` (`config.eval_episodes` episodes each), `num_items`,
+      `items_per_server`, `num_iterations`, `train_seconds` (`eval_seconds` of it spent
+      evaluating), `total_seconds`, `final_loss`, the `plot` and `dataset` paths and the
+      recipe (`config`).
 
     Raises:
       InvalidEpisodeError: If the dataset holds an invalid episode.
@@ -308,14 +328,19 @@ def run_demo(
         verbose=verbose,
         started=started,
     )
+    untrained = (
+        f'; untrained {history.eval_returns[0]:.1f}' if history.eval_iterations[:1] == [0] else ''
+    )
     _say(
         f'[6/7] average return: learned policy {final:.1f} vs behaviour policy {behaviour:.1f} '
-        f'(max 500)',
+        f'(max 500{untrained})',
         verbose=verbose,
         started=started,
     )
     output = pathlib.Path(output_dir)
-    plot = plots.plot_training(history, behaviour_return=behaviour, path=output / PLOT_NAME)
+    plot = plots.plot_training(
+        history, behaviour_return=behaviour, final_return=final, path=output / PLOT_NAME
+    )
     _say(f'[7/7] plot: {plot}', verbose=verbose, started=started)
     summary = {
         'eval_return': final,
@@ -324,6 +349,7 @@ def run_demo(
         'items_per_server': counts,
         'num_iterations': config.num_iterations,
         'train_seconds': history.seconds,
+        'eval_seconds': history.eval_seconds,
         'total_seconds': time.perf_counter() - started,
         'eval_iterations': history.eval_iterations,
         'eval_returns': history.eval_returns,

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import json
 
 import numpy as np
 import pytest
@@ -26,9 +28,13 @@ ACTION_SPEC = tensor_spec.BoundedTensorSpec([], tf.int64, 0, 1, name='action')
 
 
 @pytest.fixture(scope='module')
-def episodes(tmp_path_factory):
-    path = cartpole.generate(tmp_path_factory.mktemp('data'), num_episodes=12, seed=3)
-    return loading.load(path)
+def episodes_path(tmp_path_factory):
+    return cartpole.generate(tmp_path_factory.mktemp('data'), num_episodes=12, seed=3)
+
+
+@pytest.fixture(scope='module')
+def episodes(episodes_path):
+    return loading.load(episodes_path)
 
 
 def _n_step_items(batch_size: int = 3) -> dict:
@@ -217,3 +223,93 @@ def test_demo_servers_option_is_read_and_checked():
         demo.run_demo(quick=True, num_servers=0, verbose=False)
     with pytest.raises(ValueError, match='num_servers=0 is not valid; expected an integer >= 1'):
         demo.seed_tables(None, learner.LearnerConfig(), num_steps=1, num_servers=0)
+
+
+def test_evaluating_episodes_side_by_side_counts_each_episode_once():
+    """Episode k of a batched evaluation is the lone episode of seed + k, to its end only."""
+    agent = learner.build_agent(
+        learner.LearnerConfig(fc_layer_params=(8,), seed=1),
+        observation_spec=OBSERVATION_SPEC,
+        action_spec=ACTION_SPEC,
+    )
+    alone = [learner.evaluate_policy(agent.policy, num_episodes=1, seed=7 + k) for k in range(4)]
+    together = learner.evaluate_policy(agent.policy, num_episodes=4, seed=7)
+    assert together == pytest.approx(np.mean(alone))
+    assert all(0 < r < 500 for r in alone)  # Untrained: short episodes of different lengths.
+
+
+def test_a_negative_eval_schedule_entry_is_refused():
+    config = learner.LearnerConfig(eval_schedule=(0, 10, -5))
+    with pytest.raises(
+        ValueError, match=r'eval_schedule\[2\]=-5 is not valid; expected an integer >= 0'
+    ):
+        learner.train(None, None, config, progress=False, eval_fn=lambda: 0.0)
+
+
+def _history() -> learner.TrainHistory:
+    return learner.TrainHistory(
+        losses=[1.0, 0.5, 0.4, 0.3],
+        eval_iterations=[0, 1, 2, 4],
+        eval_returns=[9.0, 60.0, 300.0, 500.0],
+        last_priorities={1: 0.1, 2: 0.5, 3: 2.0},
+    )
+
+
+def test_the_figure_shows_the_curve_from_0_and_the_behaviour_line():
+    import matplotlib.pyplot as plt
+
+    fig = plots.build_training_figure(_history(), behaviour_return=274.0, final_return=500.0)
+    try:
+        (curve_axes,) = (ax for ax in fig.axes if ax.get_title() == plots.CURVE_TITLE)
+        lines = {line.get_label(): line for line in curve_axes.get_lines()}
+        curve = lines['learned policy (greedy)']
+        np.testing.assert_array_equal(curve.get_xdata(), [0, 1, 2, 4])
+        np.testing.assert_array_equal(curve.get_ydata(), [9.0, 60.0, 300.0, 500.0])
+        behaviour = lines[f'{plots.BEHAVIOUR_LABEL}: 274']
+        np.testing.assert_array_equal(behaviour.get_ydata(), [274.0, 274.0])
+        assert curve_axes.get_xlim()[0] == 0  # The untrained start is on the plot.
+        assert 'untrained: 9' in [text.get_text() for text in curve_axes.texts]
+        assert '500' in fig.get_suptitle() and '274' in fig.get_suptitle()
+        legend = [text.get_text() for text in curve_axes.get_legend().get_texts()]
+        assert f'{plots.BEHAVIOUR_LABEL}: 274' in legend
+    finally:
+        plt.close(fig)
+
+
+def test_the_curve_line_of_a_summary_lists_every_evaluation():
+    summary = {'eval_iterations': [0, 25, 5000], 'eval_returns': [9.3, 84.4, 500.0]}
+    assert demo.format_curve(summary) == (
+        'learning curve (iteration: return): 0: 9, 25: 84, 5000: 500'
+    )
+
+
+@pytest.mark.slow  # Traces the train step and trains a few dozen iterations: about 15 s.
+def test_demo_command_writes_the_curve_from_iteration_0_the_summary_and_the_plot(
+    episodes_path, tmp_path, monkeypatch, run_cli
+):
+    config = learner.LearnerConfig(
+        num_iterations=30,
+        batch_size=32,
+        fc_layer_params=(16,),
+        eval_interval=0,
+        eval_schedule=(0, 5, 10, 20, 100),
+        eval_episodes=2,
+    )
+    monkeypatch.setattr(cartpole, 'ensure_default_dataset', lambda data_dir=None: episodes_path)
+    monkeypatch.setattr(demo, 'make_config', lambda quick, seed: config)
+    code, out, _ = run_cli('demo', '--output-dir', tmp_path / 'out')
+    assert code == 0
+    summary = json.loads((tmp_path / 'out' / demo.SUMMARY_NAME).read_text())
+    # Evaluated untrained, on the schedule within the run, and after the last iteration.
+    assert summary['eval_iterations'] == [0, 5, 10, 20, 30]
+    assert len(summary['eval_returns']) == 5
+    assert all(0 < r <= 500 for r in summary['eval_returns'])
+    behaviour = demo.compute_behaviour_return(loading.load(episodes_path))
+    assert summary['behaviour_return'] == pytest.approx(behaviour)
+    assert 0 < summary['eval_return'] <= 500
+    assert 0 < summary['eval_seconds'] < summary['train_seconds']
+    assert summary['config'] == json.loads(json.dumps(dataclasses.asdict(config)))
+    plot = tmp_path / 'out' / demo.PLOT_NAME
+    assert summary['plot'] == str(plot) and plot.stat().st_size > 10_000
+    assert demo.format_curve(summary) in out
+    assert f'behaviour policy {behaviour:.1f}' in out
