@@ -166,6 +166,7 @@ def _make_dataset_info(
     features: tfds.features.FeaturesDict,
     description: str,
     metadata: Mapping[str, Any] | None,
+    disable_shuffling: bool = False,
 ) -> tfds.core.DatasetInfo:
     identity = tfds.core.dataset_info.DatasetIdentity(
         name=name, version=tfds.core.Version(version), data_dir=os.fspath(directory), module_name=''
@@ -175,6 +176,7 @@ def _make_dataset_info(
         description=description,
         features=features,
         metadata=tfds.core.MetadataDict(metadata) if metadata else None,
+        disable_shuffling=disable_shuffling,
     )
     info.set_file_format(FILE_FORMAT)
     return info
@@ -231,6 +233,7 @@ class RldsDatasetWriter:
         metadata: Mapping[str, Any] | None = None,
         episodes_per_shard: int = 100,
         keep_on_error: bool = False,
+        disable_shuffling: bool = False,
     ):
         """Opens the staging directory.
 
@@ -243,6 +246,8 @@ class RldsDatasetWriter:
           metadata: JSON-serializable metadata, stored in `metadata.json`.
           episodes_per_shard: Episodes per TFRecord shard.
           keep_on_error: On an error inside `with`, keep the episodes added so far.
+          disable_shuffling: Mark the dataset ordered (TFDS' `disable_shuffling`): readers
+            take the shards one after the other, so episodes come back in the order added.
 
         Raises:
           ValueError: If `episodes_per_shard` < 1.
@@ -259,7 +264,11 @@ class RldsDatasetWriter:
         self._features = features
         self._serialized_info = features.get_serialized_info()
         self._info_args = dict(
-            name=name, version=version, description=description, metadata=metadata
+            name=name,
+            version=version,
+            description=description,
+            metadata=metadata,
+            disable_shuffling=disable_shuffling,
         )
         self._name = name
         self._per_shard = episodes_per_shard

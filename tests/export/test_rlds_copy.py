@@ -1,0 +1,279 @@
+"""save_as_rlds: any source `load` reads -> an RLDS TFDS dataset with the same episodes.
+
+Sources: a dataset written by TFDS's own writer with its defaults (images, strings, episode
+metadata, shuffled shards: `tests/users_data.py`), a plain `tf.data` dataset (nested
+fields, float64, int32, strings, episode metadata), the embedded CartPole data. Each copy
+is read back with TFDS's `builder_from_directory(...).as_dataset()` and with
+`rlds_reverb.load` (on its fast record path) and compared episode by episode, every field
+and dtype. Errors: an existing output, unreadable sources, fields TFDS cannot store, a
+source failing part way, an interrupted save (nothing lands, nothing hidden is left).
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import pytest
+import tensorflow as tf
+import tensorflow_datasets as tfds
+import tree
+
+import rlds_reverb
+from rlds_reverb.core import episodes as episodes_lib
+from rlds_reverb.core import types
+from rlds_reverb.core.errors import SourceError, SourceNotFoundError
+from rlds_reverb.export import rlds_copy
+from rlds_reverb.read import records
+from rlds_reverb.read.loading import load
+from tests import builders, users_data
+
+
+def assert_same_episodes(expected: list[dict], actual: list[dict]) -> None:
+    """Every episode, field, value and dtype equal, in order."""
+    assert len(actual) == len(expected)
+    for index, (want, got) in enumerate(zip(expected, actual, strict=True)):
+        want_flat, got_flat = tree.flatten_with_path(want), dict(tree.flatten_with_path(got))
+        assert sorted(got_flat) == sorted(p for p, _ in want_flat), index
+        for path, value in want_flat:
+            assert got_flat[path].dtype == value.dtype, (index, path)
+            assert got_flat[path].shape == value.shape, (index, path)
+            np.testing.assert_array_equal(got_flat[path], value, err_msg=f'{index} {path}')
+
+
+def read_both_ways(directory: pathlib.Path) -> tuple[list[dict], list[dict]]:
+    """The copy read by TFDS's own reader, and by `load` (asserting its record path)."""
+    loaded = load(directory)
+    assert isinstance(episodes_lib.find_source(loaded), records.RecordSource)
+    return users_data.read_with_tfds(directory), users_data.read_numpy(loaded)
+
+
+def make_plain_dataset() -> tf.data.Dataset:
+    """A `tf.data` RLDS dataset with nested, float64, int32 and string fields and metadata."""
+    episodes = []
+    for index, length in enumerate((3, 1, 5)):
+        t = np.arange(length)
+        steps = builders.episode(
+            length,
+            ending=builders.TERMINATED if index % 2 else builders.TRUNCATED,
+            observation={
+                'position': (t[:, None] * [1.0, 2.0] + index).astype(np.float64),
+                'pixels': np.full((length, 4, 4, 3), index * 10 + 1, np.uint8)
+                + t[:, None, None, None].astype(np.uint8),
+            },
+            extras={'instruction': np.array([f'go {index}'.encode()] * length, object)},
+        )
+        steps['counter'] = t.astype(np.int32)
+        metadata = {
+            'episode_id': np.int64(index),
+            'agent': np.array(f'agent-{index}'.encode(), object),
+        }
+        episodes.append({types.STEPS: steps, 'episode_metadata': metadata})
+    dataset = None
+    for episode in episodes:
+        element = tf.data.Dataset.from_tensors(
+            {
+                types.STEPS: tf.data.Dataset.from_tensor_slices(episode[types.STEPS]),
+                'episode_metadata': episode['episode_metadata'],
+            }
+        )
+        dataset = element if dataset is None else dataset.concatenate(element)
+    return dataset
+
+
+def test_users_data_written_by_tfds_comes_back_the_same(users_dir, tmp_path):
+    seen = []
+    stats = rlds_copy.save_as_rlds(
+        users_dir,
+        tmp_path / 'users_copy' / '1.0.0',
+        episodes_per_shard=64,
+        progress=lambda episodes, steps: seen.append((episodes, steps)),
+    )
+    source = users_data.read_with_tfds(users_dir)
+    by_tfds, by_load = read_both_ways(stats.directory)
+    assert_same_episodes(source, by_tfds)
+    assert_same_episodes(source, by_load)
+    lengths = [len(e[types.STEPS][types.IS_FIRST]) for e in source]
+    assert seen == [(1, n) for n in lengths]
+    assert (stats.episodes, stats.steps) == (len(source), sum(lengths))
+    builder = tfds.builder_from_directory(str(stats.directory))
+    assert builder.info.name == 'users_copy'
+    assert builder.info.disable_shuffling
+    assert builder.info.splits['train'].num_shards == -(-len(source) // 64)
+    image = builder.info.features[types.STEPS]['observation'][users_data.IMAGE]
+    assert (image.shape, image.np_dtype) == (users_data.IMAGE_SHAPE, np.uint8)
+
+
+def test_a_plain_tf_data_dataset_comes_back_the_same(tmp_path):
+    dataset = make_plain_dataset()
+    stats = rlds_copy.save_as_rlds(dataset, tmp_path / 'plain', episodes_per_shard=2)
+    source = users_data.read_numpy(dataset)
+    assert [int(e['episode_metadata']['episode_id']) for e in source] == [0, 1, 2]
+    by_tfds, by_load = read_both_ways(stats.directory)
+    assert_same_episodes(source, by_tfds)
+    assert_same_episodes(source, by_load)
+    assert tfds.builder_from_directory(str(stats.directory)).info.version == '1.0.0'
+
+
+def test_float64_keeps_its_dtype_at_float32_precision(tmp_path):
+    # tf.train.Example holds float32: TFDS's own writer rounds float64 the same way.
+    steps = builders.episode(reward=np.array([0.1, 1 / 3], np.float64), obs_dim=1)
+    stats = rlds_copy.save_as_rlds(builders.rlds([steps]), tmp_path / 'f64')
+    (episode,) = users_data.read_with_tfds(stats.directory)
+    reward = episode[types.STEPS][types.REWARD]
+    assert reward.dtype == np.float64
+    np.testing.assert_array_equal(reward, steps[types.REWARD].astype(np.float32))
+
+
+def test_the_embedded_cartpole_data_comes_back_the_same(cartpole_dir, tmp_path):
+    stats = rlds_copy.save_as_rlds(cartpole_dir, tmp_path / 'cartpole' / '2.0.0')
+    source = users_data.read_with_tfds(cartpole_dir)
+    by_tfds, by_load = read_both_ways(stats.directory)
+    assert_same_episodes(source, by_tfds)
+    assert_same_episodes(source, by_load)
+    info = tfds.builder_from_directory(str(stats.directory)).info
+    assert (info.name, str(info.version)) == ('cartpole', '2.0.0')
+    assert rlds_reverb.validate(load(stats.directory)).ok
+
+
+def test_a_slice_of_the_source_and_keep_order_false(users_plain_dir, tmp_path):
+    stats = rlds_copy.save_as_rlds(
+        users_plain_dir, tmp_path / 'part', split='train[:20]', keep_order=False
+    )
+    assert not tfds.builder_from_directory(str(stats.directory)).info.disable_shuffling
+    assert_same_episodes(
+        users_data.read_with_tfds(users_plain_dir, split='train[:20]'),
+        users_data.read_with_tfds(stats.directory),
+    )
+
+
+@pytest.mark.parametrize(
+    ('directory', 'name', 'version'),
+    [
+        ('My Data/1.2.3', 'my_data', '1.2.3'),
+        ('copy', 'copy', '1.0.0'),
+        ('7up', 'rlds_dataset_7up', '1.0.0'),
+    ],
+)
+def test_name_and_version_come_from_the_directory(tmp_path, directory, name, version):
+    stats = rlds_copy.save_as_rlds(builders.case_dataset([{'length': 2}]), tmp_path / directory)
+    info = tfds.builder_from_directory(str(stats.directory)).info
+    assert (info.name, str(info.version)) == (name, version)
+
+
+def test_a_non_empty_directory_is_refused_without_overwrite(cartpole_dir, tmp_path):
+    out = tmp_path / 'out'
+    rlds_copy.save_as_rlds(cartpole_dir, out)
+    before = sorted(p.name for p in out.iterdir())
+    with pytest.raises(FileExistsError, match=r'exists and is not empty .*overwrite=True'):
+        rlds_copy.save_as_rlds(cartpole_dir, out)
+    assert sorted(p.name for p in out.iterdir()) == before
+
+
+def test_overwrite_replaces_a_dataset(cartpole_dir, tmp_path):
+    out = tmp_path / 'out'
+    rlds_copy.save_as_rlds(builders.case_dataset([{'length': 2}]), out)
+    stats = rlds_copy.save_as_rlds(cartpole_dir, out, overwrite=True)
+    assert_same_episodes(
+        users_data.read_with_tfds(cartpole_dir), users_data.read_with_tfds(stats.directory)
+    )
+
+
+def test_overwrite_refuses_a_directory_that_is_not_a_dataset(cartpole_dir, tmp_path):
+    (tmp_path / 'notes.txt').write_text('mine')
+    with pytest.raises(FileExistsError, match=r'replaces a TFDS dataset directory only'):
+        rlds_copy.save_as_rlds(cartpole_dir, tmp_path, overwrite=True)
+    assert (tmp_path / 'notes.txt').read_text() == 'mine'
+
+
+def test_an_empty_directory_is_written(cartpole_dir, tmp_path):
+    (tmp_path / 'empty').mkdir()
+    stats = rlds_copy.save_as_rlds(cartpole_dir, tmp_path / 'empty')
+    assert (stats.directory / 'dataset_info.json').is_file()
+
+
+def test_a_file_as_output_is_refused(cartpole_dir, tmp_path):
+    (tmp_path / 'file').write_text('')
+    with pytest.raises(NotADirectoryError, match='is not a directory'):
+        rlds_copy.save_as_rlds(cartpole_dir, tmp_path / 'file')
+
+
+def test_the_source_itself_as_output_is_refused(cartpole_dir):
+    with pytest.raises(ValueError, match=r'is \(or holds\) the source'):
+        rlds_copy.save_as_rlds(cartpole_dir, cartpole_dir, overwrite=True)
+    with pytest.raises(ValueError, match=r'is \(or holds\) the source'):
+        rlds_copy.save_as_rlds(cartpole_dir, cartpole_dir.parent, overwrite=True)
+
+
+def test_unreadable_sources_are_clear_errors(tmp_path):
+    with pytest.raises(SourceNotFoundError, match='no_such_dir'):
+        rlds_copy.save_as_rlds(tmp_path / 'no_such_dir', tmp_path / 'out')
+    (tmp_path / 'not_a_dataset').mkdir()
+    (tmp_path / 'not_a_dataset' / 'data.txt').write_text('x')
+    with pytest.raises(SourceError, match='not_a_dataset'):
+        rlds_copy.save_as_rlds(tmp_path / 'not_a_dataset', tmp_path / 'out')
+    assert not (tmp_path / 'out').exists()
+
+
+def test_episodes_per_shard_must_be_positive(cartpole_dir, tmp_path):
+    with pytest.raises(ValueError, match='episodes_per_shard'):
+        rlds_copy.save_as_rlds(cartpole_dir, tmp_path / 'out', episodes_per_shard=0)
+
+
+def test_a_field_of_unknown_shape_is_named(tmp_path):
+    steps = builders.episode(3)
+    signature = builders.step_signature(observation=tf.TensorSpec([None], tf.float32))
+    dataset = builders.rlds_from_generator([steps], signature)
+    with pytest.raises(ValueError, match=r"step field 'observation' has shape \(None, None\)"):
+        rlds_copy.save_as_rlds(dataset, tmp_path / 'out')
+    assert not (tmp_path / 'out').exists()
+
+
+def test_a_tuple_field_is_refused(tmp_path):
+    steps = builders.episode(2)
+    steps[types.OBSERVATION] = (steps[types.OBSERVATION], steps[types.OBSERVATION])
+    with pytest.raises(ValueError, match='tuple or list'):
+        rlds_copy.save_as_rlds(builders.rlds([steps]), tmp_path / 'out')
+
+
+def test_an_empty_source_writes_nothing(tmp_path):
+    empty = builders.rlds([builders.episode(2)]).take(0)
+    with pytest.raises(ValueError, match='No episode was added') as caught:
+        rlds_copy.save_as_rlds(empty, tmp_path / 'out')
+    assert 'stopped after 0 episode(s)' in '\n'.join(caught.value.__notes__)
+    assert list(tmp_path.iterdir()) == []
+
+
+def _fail_at_episode(dataset: tf.data.Dataset, index: int) -> tf.data.Dataset:
+    def _check(position, episode):
+        tf.debugging.assert_none_equal(
+            position, tf.constant(index, tf.int64), message='broken source'
+        )
+        return episode
+
+    return dataset.enumerate().map(_check)
+
+
+def test_a_source_failing_part_way_leaves_nothing_and_says_so(tmp_path):
+    dataset = _fail_at_episode(builders.case_dataset([{'length': 2}] * 5), 3)
+    with pytest.raises(tf.errors.InvalidArgumentError, match='broken source') as caught:
+        rlds_copy.save_as_rlds(dataset, tmp_path / 'out', episodes_per_shard=1)
+    (note,) = caught.value.__notes__
+    assert f'Nothing was written to {tmp_path / "out"}' in note
+    assert 'stopped after 3 episode(s) (6 steps)' in note
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_interrupted_overwrite_keeps_the_old_dataset(cartpole_dir, tmp_path):
+    out = tmp_path / 'out'
+    rlds_copy.save_as_rlds(builders.case_dataset([{'length': 2}]), out)
+    old = users_data.read_with_tfds(out)
+
+    def _interrupt(episodes, steps):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt) as caught:
+        rlds_copy.save_as_rlds(cartpole_dir, out, overwrite=True, progress=_interrupt)
+    assert 'stopped after 1 episode(s)' in caught.value.__notes__[0]
+    assert_same_episodes(old, users_data.read_with_tfds(out))
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['out']  # No staging left.
