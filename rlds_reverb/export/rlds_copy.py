@@ -233,9 +233,10 @@ def save_as_rlds(
       SourceNotFoundError: If the source does not exist (`load`).
       SourceError: If the source is not an RLDS dataset (`load`).
       ValueError: If `directory` is (or holds) the source, `episodes_per_shard` < 1, a
-        field has an unknown shape or is a tuple, an episode does not match the source's
-        spec, or the source holds no episode. Nothing is written then; the error says how
-        far the save got.
+        field has an unknown shape or is a tuple, or the source holds no episode.
+
+    Whatever the error (a source failing part way, Ctrl-C), nothing is written: `directory`
+    is left as it was, and a note on the error says how many episodes had been read.
 
     Example:
       >>> rlds_reverb.save_as_rlds('/data/halfcheetah_medium-v2.hdf5', '/data/hc/1.0.0')
