@@ -120,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--no-anchor', action='store_true')
     parser.add_argument('--no-rss', action='store_true')
     parser.add_argument('--data-dir', default=None, help='where the source datasets are cached')
+    parser.add_argument(
+        '--only', default=None, help="one source: 'cartpole', 'halfcheetah_like'..."
+    )
     parser.add_argument('--probe-rss', nargs=2, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.probe_rss:
@@ -137,6 +140,8 @@ def main(argv: list[str] | None = None) -> int:
     }
     with tempfile.TemporaryDirectory() as scratch:
         for name, source in sources.items():
+            if args.only and not name.startswith(args.only):
+                continue
             _bench(name.split()[0], source, pathlib.Path(scratch), rounds=args.rounds,
                    anchor=not args.no_anchor)  # fmt: skip
     if not args.no_rss:

@@ -95,7 +95,8 @@ def _check_target(
         remove something other than a TFDS dataset directory.
       ValueError: If `directory` is the source, or holds it.
     """
-    if source_path is not None and (directory == source_path or directory in source_path.parents):
+    real = directory.resolve()
+    if source_path is not None and (real == source_path or real in source_path.parents):
         raise ValueError(
             f'The output directory {directory} is (or holds) the source {source_path}; '
             'write the copy elsewhere.'
@@ -175,7 +176,7 @@ def _describe_source(source: Any) -> tuple[str, pathlib.Path | None]:
         return 'the given tf.data.Dataset', None
     path = pathlib.Path(os.fspath(source)).expanduser()
     if path.exists():
-        return str(source), path.absolute()
+        return str(source), path.resolve()
     return str(source), None
 
 

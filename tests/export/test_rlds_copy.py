@@ -18,6 +18,7 @@ import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 import tree
+from tensorflow_datasets.core import example_serializer
 
 import rlds_reverb
 from rlds_reverb.core import episodes as episodes_lib
@@ -26,6 +27,7 @@ from rlds_reverb.core.errors import SourceError, SourceNotFoundError
 from rlds_reverb.export import rlds_copy
 from rlds_reverb.read import records
 from rlds_reverb.read.loading import load
+from rlds_reverb.storage import tfds_writer
 from tests import builders, users_data
 
 
@@ -205,6 +207,13 @@ def test_the_source_itself_as_output_is_refused(cartpole_dir):
         rlds_copy.save_as_rlds(cartpole_dir, cartpole_dir.parent, overwrite=True)
 
 
+def test_the_source_through_a_symbolic_link_is_refused(cartpole_dir, tmp_path):
+    (tmp_path / 'link').symlink_to(cartpole_dir)
+    with pytest.raises(ValueError, match=r'is \(or holds\) the source'):
+        rlds_copy.save_as_rlds(cartpole_dir, tmp_path / 'link', overwrite=True)
+    assert (cartpole_dir / 'dataset_info.json').is_file()
+
+
 def test_unreadable_sources_are_clear_errors(tmp_path):
     with pytest.raises(SourceNotFoundError, match='no_such_dir'):
         rlds_copy.save_as_rlds(tmp_path / 'no_such_dir', tmp_path / 'out')
@@ -277,3 +286,29 @@ def test_an_interrupted_overwrite_keeps_the_old_dataset(cartpole_dir, tmp_path):
     assert 'stopped after 1 episode(s)' in caught.value.__notes__[0]
     assert_same_episodes(old, users_data.read_with_tfds(out))
     assert sorted(p.name for p in tmp_path.iterdir()) == ['out']  # No staging left.
+
+
+def test_the_writer_encodes_images_and_small_integers_as_tfds_does():
+    # uint8 images and integers below 2**14 take the writer's one-or-two-byte varint path.
+    rng = np.random.default_rng(0)
+    steps = builders.episode(
+        4,
+        observation={'pixels': rng.integers(0, 256, (4, 6, 6, 3), dtype=np.uint8)},
+        action=np.array([0, 127, 128, 16383], np.int64),
+        extras={'big': np.array([16384, 255, -1, 2**40], np.int64)},
+    )
+    spec = tf.nest.map_structure(lambda x: tf.TensorSpec(x.shape[1:], x.dtype), steps)
+    features = rlds_copy.make_features_from_spec(
+        {
+            types.STEPS: tf.nest.map_structure(
+                lambda s: tf.TensorSpec([None, *s.shape], s.dtype), spec
+            )
+        },
+        where='test',
+    )
+    episode = {types.STEPS: steps}
+    serializer = example_serializer.ExampleSerializer(features.get_serialized_info())
+    expected = serializer.serialize_example(features.encode_example(episode))
+    ours = tfds_writer.serialize_episode(episode, features.get_serialized_info())
+    assert len(ours) == len(expected)
+    assert tf.train.Example.FromString(ours) == tf.train.Example.FromString(expected)
