@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import shutil
 
+import pytest
 import tensorflow_datasets as tfds
 
 from rlds_reverb.cli import app
 from tests import users_data
-from tests.export.test_rlds_copy import assert_same_episodes, read_both_ways
+from tests.rlds_copies import assert_same_episodes, read_both_ways
 
 
 def test_convert_writes_the_same_episodes_and_validate_passes(cartpole_dir, tmp_path, run_cli):
@@ -100,3 +101,14 @@ def test_a_corrupt_shard_says_nothing_landed(cartpole_dir, tmp_path, run_cli):
     assert 'the save stopped after 11 episode(s)' in note
     assert error.startswith('rlds-reverb convert: error: ')
     assert sorted(p.name for p in tmp_path.iterdir()) == ['source']
+
+
+@pytest.mark.slow  # A real program: TensorFlow's import, about 10 s on a loaded host.
+def test_convert_as_a_program_shows_progress_and_no_library_noise(cartpole_dir, tmp_path, run_cli):
+    out = tmp_path / 'copy'
+    code, stdout, stderr = run_cli('convert', cartpole_dir, out, subprocess=True)
+    assert code == app.EXIT_OK, stderr
+    assert stdout.startswith('Converted 12 episodes (')
+    assert 'episodes=12' in stderr
+    assert 'tensorflow' not in stderr.lower() and 'Gym' not in stderr
+    assert (out / 'dataset_info.json').is_file()

@@ -11,43 +11,20 @@ source failing part way, an interrupted save (nothing lands, nothing hidden is l
 
 from __future__ import annotations
 
-import pathlib
-
 import numpy as np
 import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
-import tree
 from tensorflow_datasets.core import example_serializer
 
 import rlds_reverb
-from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import types
 from rlds_reverb.core.errors import SourceError, SourceNotFoundError
 from rlds_reverb.export import rlds_copy
-from rlds_reverb.read import records
 from rlds_reverb.read.loading import load
 from rlds_reverb.storage import tfds_writer
 from tests import builders, users_data
-
-
-def assert_same_episodes(expected: list[dict], actual: list[dict]) -> None:
-    """Every episode, field, value and dtype equal, in order."""
-    assert len(actual) == len(expected)
-    for index, (want, got) in enumerate(zip(expected, actual, strict=True)):
-        want_flat, got_flat = tree.flatten_with_path(want), dict(tree.flatten_with_path(got))
-        assert sorted(got_flat) == sorted(p for p, _ in want_flat), index
-        for path, value in want_flat:
-            assert got_flat[path].dtype == value.dtype, (index, path)
-            assert got_flat[path].shape == value.shape, (index, path)
-            np.testing.assert_array_equal(got_flat[path], value, err_msg=f'{index} {path}')
-
-
-def read_both_ways(directory: pathlib.Path) -> tuple[list[dict], list[dict]]:
-    """The copy read by TFDS's own reader, and by `load` (asserting its record path)."""
-    loaded = load(directory)
-    assert isinstance(episodes_lib.find_source(loaded), records.RecordSource)
-    return users_data.read_with_tfds(directory), users_data.read_numpy(loaded)
+from tests.rlds_copies import assert_same_episodes, read_both_ways
 
 
 def make_plain_dataset() -> tf.data.Dataset:
