@@ -163,17 +163,31 @@ def make_features_from_spec(element_spec: dict, *, where: str) -> tfds.features.
         for key, value in element_spec.items()
         if key != types.STEPS
     }
-    step_specs = {k: v for k, v in steps.items() if k not in types.FLAG_FIELDS}
+    step_features = {
+        key: _make_feature(spec, f'step field {key!r}', where=where)
+        for key, spec in steps.items()
+        if key not in types.FLAG_FIELDS
+    }
+    episode_features = {
+        key: _make_feature(spec, f'episode field {key!r}', where=where)
+        for key, spec in episode.items()
+    }
+    return features_lib.make_rlds_features(step_features, episode_features)
+
+
+def _make_feature(spec: Any, what: str, *, where: str) -> tfds.features.FeatureConnector:
     try:
-        return features_lib.make_rlds_features_from_specs(step_specs, episode)
+        return features_lib.make_feature(spec)
     except ValueError as e:
-        raise ValueError(f'{where}: {e}') from e
+        raise ValueError(f'{where}: {what}: {e}') from e
 
 
 def _describe_source(source: Any) -> tuple[str, pathlib.Path | None]:
     """Returns how messages name the source, and its absolute path when it is one."""
     if isinstance(source, tf.data.Dataset):
         return 'the given tf.data.Dataset', None
+    if not isinstance(source, str | os.PathLike):
+        return repr(source), None  # `load` says what it takes.
     path = pathlib.Path(os.fspath(source)).expanduser()
     if path.exists():
         return str(source), path.resolve()
@@ -233,6 +247,7 @@ def save_as_rlds(
       NotADirectoryError: If `directory` is a file.
       SourceNotFoundError: If the source does not exist (`load`).
       SourceError: If the source is not an RLDS dataset (`load`).
+      TypeError: If `source` is neither a dataset, a path nor a string (`load`).
       ValueError: If `directory` is (or holds) the source, `episodes_per_shard` < 1, a
         field has an unknown shape or is a tuple, or the source holds no episode.
 

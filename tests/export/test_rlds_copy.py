@@ -201,6 +201,11 @@ def test_unreadable_sources_are_clear_errors(tmp_path):
     assert not (tmp_path / 'out').exists()
 
 
+def test_a_source_of_another_type_is_a_type_error(tmp_path):
+    with pytest.raises(TypeError):
+        rlds_copy.save_as_rlds(42, tmp_path / 'out')
+
+
 def test_episodes_per_shard_must_be_positive(cartpole_dir, tmp_path):
     with pytest.raises(ValueError, match='episodes_per_shard'):
         rlds_copy.save_as_rlds(cartpole_dir, tmp_path / 'out', episodes_per_shard=0)
@@ -218,7 +223,7 @@ def test_a_field_of_unknown_shape_is_named(tmp_path):
 def test_a_tuple_field_is_refused(tmp_path):
     steps = builders.episode(2)
     steps[types.OBSERVATION] = (steps[types.OBSERVATION], steps[types.OBSERVATION])
-    with pytest.raises(ValueError, match='tuple or list'):
+    with pytest.raises(ValueError, match="step field 'observation': Cannot store a tuple"):
         rlds_copy.save_as_rlds(builders.rlds([steps]), tmp_path / 'out')
 
 
