@@ -26,6 +26,7 @@ from rlds_reverb.cli import (
     data_commands,
     demo_command,
     export_commands,
+    report_command,
     reverb_commands,
 )
 from rlds_reverb.cli.common import (
@@ -97,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
         export_commands.add_export_parser,
         export_commands.add_record_parser,
         convert_command.add_convert_parser,
+        report_command.add_report_parser,
     ):
         sub = add_parser(subparsers)
         add_common_options(sub, suppress=True)
