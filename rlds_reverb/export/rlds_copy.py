@@ -1,7 +1,7 @@
 """Save any source `rlds_reverb.load` reads as an RLDS dataset in TFDS format.
 
 `save_as_rlds(source, directory)` opens the source with `load` (a TFDS directory or name, a
-`tf.data.Dataset` of RLDS episodes, and every other source `load` learns to read), reads
+`tf.data.Dataset` of RLDS episodes, a D4RL HDF5 file, any source `load` reads), reads
 its episodes as whole `[T, ...]` tensors one at a time, and streams them into a TFDS
 dataset directory with the project's writer (`storage.tfds_writer.RldsDatasetWriter`). So
 TFDS's own tools (`tfds.builder_from_directory`) and the toolkit's fast record path read

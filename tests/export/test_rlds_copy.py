@@ -2,7 +2,8 @@
 
 Sources: a dataset written by TFDS's own writer with its defaults (images, strings, episode
 metadata, shuffled shards: `tests/users_data.py`), a plain `tf.data` dataset (nested
-fields, float64, int32, strings, episode metadata), the embedded CartPole data. Each copy
+fields, float64, int32, strings, episode metadata), the embedded CartPole data, a D4RL
+HDF5 file. Each copy
 is read back with TFDS's `builder_from_directory(...).as_dataset()` and with
 `rlds_reverb.load` (on its fast record path) and compared episode by episode, every field
 and dtype. Errors: an existing output, unreadable sources, fields TFDS cannot store, a
@@ -11,6 +12,9 @@ source failing part way, an interrupted save (nothing lands, nothing hidden is l
 
 from __future__ import annotations
 
+import pathlib
+
+import h5py
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -294,3 +298,29 @@ def test_the_writer_encodes_images_and_small_integers_as_tfds_does():
     ours = tfds_writer.serialize_episode(episode, features.get_serialized_info())
     assert len(ours) == len(expected)
     assert tf.train.Example.FromString(ours) == tf.train.Example.FromString(expected)
+
+
+def _write_d4rl_file(path: pathlib.Path) -> pathlib.Path:
+    """A small file in D4RL's key layout (float64 values that float32 holds exactly)."""
+    rng = np.random.default_rng(0)
+    rows = 9
+    as_f32 = lambda x: x.astype(np.float32).astype(np.float64)  # noqa: E731
+    with h5py.File(path, 'w') as file:
+        file['observations'] = rng.normal(size=(rows, 3)).astype(np.float32)
+        file['actions'] = rng.normal(size=(rows, 2)).astype(np.float32)
+        file['rewards'] = rng.normal(size=rows).astype(np.float32)
+        file['terminals'] = np.array([0, 0, 1, 0, 0, 0, 0, 0, 0], bool)
+        file['timeouts'] = np.array([0, 0, 0, 0, 0, 1, 0, 0, 1], bool)
+        file['infos/qpos'] = as_f32(rng.normal(size=(rows, 4)))
+        file['metadata/algorithm'] = b'SAC'
+    return path
+
+
+def test_a_d4rl_file_comes_back_the_same(tmp_path):
+    source = _write_d4rl_file(tmp_path / 'hopper_medium-v2.hdf5')
+    stats = rlds_copy.save_as_rlds(source, tmp_path / 'hopper' / '1.0.0')
+    expected = users_data.read_numpy(load(source))
+    assert stats.episodes == len(expected) >= 3
+    by_tfds, by_load = read_both_ways(stats.directory)
+    assert_same_episodes(expected, by_tfds)
+    assert_same_episodes(expected, by_load)
