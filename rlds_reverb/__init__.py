@@ -63,6 +63,7 @@ _EXPORTS = {
     'ExportError': 'rlds_reverb.core.errors:ExportError',
     'export_table': 'rlds_reverb.export.reverb_export:export_table',
     'RldsRecorder': 'rlds_reverb.export.recorder:RldsRecorder',
+    'save_as_rlds': 'rlds_reverb.export.rlds_copy:save_as_rlds',
     # Needs the `beam` extra (Apache Beam); imported only when used.
     'push_with_beam': 'rlds_reverb.distribute.pipeline:push_with_beam',
 }
@@ -94,6 +95,7 @@ __all__ = [
     'push_rlds_to_reverb',
     'push_with_beam',
     'sampling',
+    'save_as_rlds',
     'seed_server',
     'tables',
     'validate',
@@ -118,6 +120,7 @@ if TYPE_CHECKING:
     from rlds_reverb.distribute.pipeline import push_with_beam as push_with_beam
     from rlds_reverb.export.recorder import RldsRecorder as RldsRecorder
     from rlds_reverb.export.reverb_export import export_table as export_table
+    from rlds_reverb.export.rlds_copy import save_as_rlds as save_as_rlds
     from rlds_reverb.learn import priorities as priorities
     from rlds_reverb.learn import sampling as sampling
     from rlds_reverb.read.loading import load as load

@@ -22,6 +22,7 @@ import sys
 from collections.abc import Sequence
 
 from rlds_reverb.cli import (
+    convert_command,
     data_commands,
     demo_command,
     export_commands,
@@ -96,6 +97,7 @@ def build_parser() -> argparse.ArgumentParser:
         demo_command.add_demo_parser,
         export_commands.add_export_parser,
         export_commands.add_record_parser,
+        convert_command.add_convert_parser,
         report_command.add_report_parser,
     ):
         sub = add_parser(subparsers)

@@ -84,6 +84,8 @@ def use_the_other_modules(address: str, directory: str) -> list[object]:
     checkpoints.find_latest_checkpoint(directory)
     rlds_reverb.export_table(directory, 'replay', server=address)
     rlds_reverb.seed_server(rlds_reverb.load(directory), table='replay')
+    saved = rlds_reverb.save_as_rlds(directory, f'{directory}_copy/1.0.0', episodes_per_shard=10)
+    print(f'{saved.episodes} episodes, {saved.steps_per_second:.0f} steps/s')
     missing = rlds_reverb.no_such_name  # type: ignore[attr-defined]
     return [
         missing,

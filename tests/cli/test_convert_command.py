@@ -1,0 +1,114 @@
+"""`rlds-reverb convert SRC OUT_DIR`: the copy, its progress and summary, and its errors.
+
+Real TFDS directories in tmp (the embedded CartPole data, users' data written by TFDS's
+own writer); the copy is checked with `rlds-reverb validate` and read back with TFDS and
+`load`, episode by episode (tests/export/test_rlds_copy.py checks every source kind).
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import tensorflow_datasets as tfds
+
+from rlds_reverb.cli import app
+from tests import users_data
+from tests.rlds_copies import assert_same_episodes, read_both_ways
+
+
+def test_convert_writes_the_same_episodes_and_validate_passes(cartpole_dir, tmp_path, run_cli):
+    out = tmp_path / 'copy' / '1.0.0'
+    code, stdout, stderr = run_cli('convert', cartpole_dir, out, '--episodes-per-shard', 4)
+    assert code == app.EXIT_OK, stderr
+    source = users_data.read_with_tfds(cartpole_dir)
+    steps = sum(len(e['steps']['is_first']) for e in source)
+    assert stdout.startswith(f'Converted {len(source)} episodes ({steps} steps) from ')
+    assert f'to {out} in ' in stdout
+    # The progress bar counts steps and episodes on stderr.
+    assert f'{steps} steps' in stderr
+    assert f'episodes={len(source)}' in stderr
+    by_tfds, by_load = read_both_ways(out)
+    assert_same_episodes(source, by_tfds)
+    assert_same_episodes(source, by_load)
+    info = tfds.builder_from_directory(str(out)).info
+    assert (info.name, info.splits['train'].num_shards) == ('copy', 3)
+    code, stdout, _ = run_cli('validate', out)
+    assert code == app.EXIT_OK
+    assert f'valid {len(source)}, invalid 0' in stdout
+
+
+def test_convert_takes_name_split_and_no_progress(users_plain_dir, tmp_path, run_cli):
+    out = tmp_path / 'part'
+    code, _, stderr = run_cli(
+        'convert', users_plain_dir, out, '--split', 'train[:10]', '--name', 'part_of_it',
+        '--no-progress', '--unordered',
+    )  # fmt: skip
+    assert code == app.EXIT_OK, stderr
+    assert stderr == ''
+    info = tfds.builder_from_directory(str(out)).info
+    assert (info.name, info.disable_shuffling) == ('part_of_it', False)
+    assert_same_episodes(
+        users_data.read_with_tfds(users_plain_dir, split='train[:10]'),
+        users_data.read_with_tfds(out),
+    )
+
+
+def test_an_existing_out_dir_needs_overwrite(cartpole_dir, tmp_path, run_cli):
+    out = tmp_path / 'out'
+    assert run_cli('convert', cartpole_dir, out, '--no-progress')[0] == app.EXIT_OK
+    code, stdout, stderr = run_cli('convert', cartpole_dir, out)
+    assert code == app.EXIT_ERROR
+    assert stdout == ''
+    assert stderr.startswith(f'rlds-reverb convert: error: The output directory {out} exists')
+    assert '--overwrite' in stderr
+    assert len(stderr.splitlines()) == 1
+    code, _, stderr = run_cli('convert', cartpole_dir, out, '--overwrite', '--no-progress')
+    assert code == app.EXIT_OK, stderr
+
+
+def test_an_unreadable_source_is_one_line(tmp_path, run_cli):
+    code, stdout, stderr = run_cli('convert', tmp_path / 'missing', tmp_path / 'out')
+    assert code == app.EXIT_ERROR
+    assert stdout == ''
+    assert stderr.startswith('rlds-reverb convert: error: ')
+    assert 'missing' in stderr
+    assert len(stderr.splitlines()) == 1
+    assert not (tmp_path / 'out').exists()
+
+
+def test_a_bad_episodes_per_shard_is_one_line(cartpole_dir, tmp_path, run_cli):
+    code, _, stderr = run_cli('convert', cartpole_dir, tmp_path / 'out', '--episodes-per-shard', 0)
+    assert code == app.EXIT_ERROR
+    assert '--episodes-per-shard' in stderr
+
+
+def test_a_corrupt_shard_says_nothing_landed(cartpole_dir, tmp_path, run_cli):
+    # Flipped bytes keep the shard's size: the copy fails part way, on reading it.
+    source = tmp_path / 'source'
+    shutil.copytree(cartpole_dir, source)
+    shard = sorted(source.glob('*.tfrecord-*'))[-1]
+    data = bytearray(shard.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    shard.write_bytes(data)
+    out = tmp_path / 'out'
+    code, stdout, stderr = run_cli('convert', source, out, '--no-progress')
+    assert code == app.EXIT_ERROR
+    assert stdout == ''
+    note, error = stderr.splitlines()
+    assert note.startswith(f'rlds-reverb convert: Nothing was written to {out}')
+    # Shards of 5, 5 and 2 episodes: the middle byte of the last one is in its second.
+    assert 'the save stopped after 11 episode(s)' in note
+    assert error.startswith('rlds-reverb convert: error: ')
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['source']
+
+
+@pytest.mark.slow  # A real program: TensorFlow's import, about 10 s on a loaded host.
+def test_convert_as_a_program_shows_progress_and_no_library_noise(cartpole_dir, tmp_path, run_cli):
+    out = tmp_path / 'copy'
+    code, stdout, stderr = run_cli('convert', cartpole_dir, out, subprocess=True)
+    assert code == app.EXIT_OK, stderr
+    assert stdout.startswith('Converted 12 episodes (')
+    assert 'episodes=12' in stderr
+    assert 'tensorflow' not in stderr.lower() and 'Gym' not in stderr
+    assert (out / 'dataset_info.json').is_file()

@@ -1,0 +1,38 @@
+"""Checks of RLDS copies (`save_as_rlds`, `rlds-reverb convert`): exact, episode by episode.
+
+`assert_same_episodes` compares NumPy episodes (`users_data.read_with_tfds`,
+`users_data.read_numpy`) in order: every field path, dtype, shape and value (strings
+included, no tolerance); `read_both_ways` reads a copy with TFDS's own reader and with
+`rlds_reverb.load`, checking that `load` takes its fast record path.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import numpy as np
+import tree
+
+from rlds_reverb.core import episodes as episodes_lib
+from rlds_reverb.read import records
+from rlds_reverb.read.loading import load
+from tests import users_data
+
+
+def assert_same_episodes(expected: list[dict], actual: list[dict]) -> None:
+    """Every episode, field, value and dtype equal, in order."""
+    assert len(actual) == len(expected)
+    for index, (want, got) in enumerate(zip(expected, actual, strict=True)):
+        want_flat, got_flat = tree.flatten_with_path(want), dict(tree.flatten_with_path(got))
+        assert sorted(got_flat) == sorted(p for p, _ in want_flat), index
+        for path, value in want_flat:
+            assert got_flat[path].dtype == value.dtype, (index, path)
+            assert got_flat[path].shape == value.shape, (index, path)
+            np.testing.assert_array_equal(got_flat[path], value, err_msg=f'{index} {path}')
+
+
+def read_both_ways(directory: pathlib.Path) -> tuple[list[dict], list[dict]]:
+    """The copy read by TFDS's own reader, and by `load` (asserting its record path)."""
+    loaded = load(directory)
+    assert isinstance(episodes_lib.find_source(loaded), records.RecordSource)
+    return users_data.read_with_tfds(directory), users_data.read_numpy(loaded)
