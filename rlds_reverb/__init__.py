@@ -62,6 +62,8 @@ _EXPORTS = {
     'ExportError': 'rlds_reverb.core.errors:ExportError',
     'export_table': 'rlds_reverb.export.reverb_export:export_table',
     'RldsRecorder': 'rlds_reverb.export.recorder:RldsRecorder',
+    'ServerStatus': 'rlds_reverb.serve.status:ServerStatus',
+    'fetch_server_status': 'rlds_reverb.serve.status:fetch_server_status',
     # Needs the `beam` extra (Apache Beam); imported only when used.
     'push_with_beam': 'rlds_reverb.distribute.pipeline:push_with_beam',
 }
@@ -74,6 +76,7 @@ __all__ = [
     'PushStats',
     'RldsRecorder',
     'RldsReverbError',
+    'ServerStatus',
     'SourceError',
     'SourceNotFoundError',
     'SpecMismatchError',
@@ -84,6 +87,7 @@ __all__ = [
     'convert_rlds_to_trajectories',
     'create_trajectory_data_spec',
     'export_table',
+    'fetch_server_status',
     'get_rlds_step_features',
     'items',
     'load',
@@ -120,6 +124,8 @@ if TYPE_CHECKING:
     from rlds_reverb.read.loading import load as load
     from rlds_reverb.serve import checkpoints as checkpoints
     from rlds_reverb.serve import tables as tables
+    from rlds_reverb.serve.status import ServerStatus as ServerStatus
+    from rlds_reverb.serve.status import fetch_server_status as fetch_server_status
     from rlds_reverb.transform import items as items
     from rlds_reverb.transform.convert import (
         convert_rlds_to_trajectories as convert_rlds_to_trajectories,
