@@ -64,6 +64,8 @@ _EXPORTS = {
     'export_table': 'rlds_reverb.export.reverb_export:export_table',
     'RldsRecorder': 'rlds_reverb.export.recorder:RldsRecorder',
     'save_as_rlds': 'rlds_reverb.export.rlds_copy:save_as_rlds',
+    'ServerStatus': 'rlds_reverb.serve.status:ServerStatus',
+    'fetch_server_status': 'rlds_reverb.serve.status:fetch_server_status',
     # Needs the `beam` extra (Apache Beam); imported only when used.
     'push_with_beam': 'rlds_reverb.distribute.pipeline:push_with_beam',
 }
@@ -76,6 +78,7 @@ __all__ = [
     'PushStats',
     'RldsRecorder',
     'RldsReverbError',
+    'ServerStatus',
     'SourceError',
     'SourceNotFoundError',
     'SpecMismatchError',
@@ -86,6 +89,7 @@ __all__ = [
     'convert_rlds_to_trajectories',
     'create_trajectory_data_spec',
     'export_table',
+    'fetch_server_status',
     'get_rlds_step_features',
     'items',
     'load',
@@ -126,6 +130,8 @@ if TYPE_CHECKING:
     from rlds_reverb.read.loading import load as load
     from rlds_reverb.serve import checkpoints as checkpoints
     from rlds_reverb.serve import tables as tables
+    from rlds_reverb.serve.status import ServerStatus as ServerStatus
+    from rlds_reverb.serve.status import fetch_server_status as fetch_server_status
     from rlds_reverb.transform import items as items
     from rlds_reverb.transform.convert import (
         convert_rlds_to_trajectories as convert_rlds_to_trajectories,

@@ -119,3 +119,31 @@ def read_items(client: reverb.Client, table: str) -> list:
 def as_lists(nest):
     """Returns a nest of NumPy-convertible leaves as nested lists (for exact comparisons)."""
     return tree.map_structure(lambda x: np.asarray(x).tolist(), nest)
+
+
+# `rlds-reverb status` (tests/serve/test_status.py, tests/cli/test_status_command.py): one table
+# of each kind, each holding two-step items of THREE_EPISODES (5 items per push).
+STATUS_ITEMS_PER_PUSH = 5
+# A sample-to-insert ratio of 1 within +-2 of 1 (min_diff -1, max_diff 3): after 3 inserts and
+# no sample, the next insert blocks; after as many samples as inserts + 1, the next sample does.
+STATUS_RATIO = {'min_size_to_sample': 1, 'samples_per_insert': 1.0, 'error_buffer': 2.0}
+
+
+def make_status_tables() -> list[reverb.Table]:
+    """Returns the tables of a server for `status` tests.
+
+    uniform, prioritized (exponent 0.6), queue (a FIFO queue of 100) and small (uniform, room
+    for 3) hold two-step items; ratio (uniform, `STATUS_RATIO`) and unsigned (uniform) take
+    any item.
+    """
+    signature = tables.signature_for(items.TwoStep(), builders.case_dataset(THREE_EPISODES))
+    return [
+        tables.uniform('uniform', max_size=1000, signature=signature),
+        tables.prioritized(
+            'prioritized', priority_exponent=0.6, max_size=1000, signature=signature
+        ),
+        tables.fifo_queue('queue', max_size=100, signature=signature),
+        tables.uniform('small', max_size=3, signature=signature),
+        tables.uniform('ratio', max_size=1000, **STATUS_RATIO),
+        tables.uniform('unsigned', max_size=1000),
+    ]

@@ -28,6 +28,7 @@ from rlds_reverb.cli import (
     export_commands,
     report_command,
     reverb_commands,
+    status_command,
 )
 from rlds_reverb.cli.common import (
     EXIT_ERROR,
@@ -99,6 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
         export_commands.add_record_parser,
         convert_command.add_convert_parser,
         report_command.add_report_parser,
+        status_command.add_status_parser,
     ):
         sub = add_parser(subparsers)
         add_common_options(sub, suppress=True)

@@ -108,3 +108,16 @@ def write_a_report(directory: str) -> int:
     )
     del wrong
     return episodes + int(valid)
+
+
+def watch_a_server(address: str) -> str:
+    """A running server's tables: sizes, counters and opt-in priorities, typed."""
+    snapshot: rlds_reverb.ServerStatus = rlds_reverb.fetch_server_status(
+        address, timeout_ms=5_000, priority_samples=100
+    )
+    replay = snapshot.table('replay')
+    fill: float = replay.size / replay.max_size
+    mean = replay.priorities.mean if replay.priorities else None
+    wrong: str = replay.inserts  # type: ignore[assignment]
+    del wrong
+    return f'{snapshot.format()}\n{fill:.0%} {mean} {snapshot.to_json()["address"]}'
