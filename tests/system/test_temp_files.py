@@ -51,7 +51,7 @@ def test_reading_converting_and_the_adders_leave_no_temp_files(cartpole_dir, scr
     assert _list_left(scratch) == []
 
 
-@pytest.mark.slow  # Push, two exports and a recording: about 20-40 s here.
+@pytest.mark.slow  # Push, exports, a recording, a copy, a report: 30-60 s.
 def test_the_commands_leave_no_temp_files(cartpole_dir, tmp_path, scratch, run_cli):
     episodes = load(cartpole_dir)
     signature = tables.signature_for(items.TwoStep(), episodes)
@@ -69,6 +69,9 @@ def test_the_commands_leave_no_temp_files(cartpole_dir, tmp_path, scratch, run_c
              '--table', 'replay', '--no-progress', tmp_path / 'out' / '1.0.0'),
             ('record', '--episodes', 2, '--policy', 'scripted', '--max-episode-steps', 50,
              '--no-progress', tmp_path / 'rec' / '1.0.0'),
+            ('convert', cartpole_dir, tmp_path / 'copy' / '1.0.0', '--no-progress'),
+            ('report', cartpole_dir, '--out', tmp_path / 'report.html', '--no-progress'),
+            ('status', '--server', address),
         ):  # fmt: skip
             code, _, err = run_cli(*args)
             assert code == 0, (args, err)
