@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export TF_CPP_MIN_LOG_LEVEL ?= 2
 
-.PHONY: demo test test-fast bench lint venv clean
+.PHONY: demo test test-fast bench lint docs venv clean
 
 # Debian packages some tests need: envlogger's riegeli links libgmp; the report test drives
 # headless Chromium. Installed with apt-get when missing (CI runs as root); elsewhere the
@@ -45,10 +45,14 @@ test: $(STAMP) lint
 test-fast: $(STAMP) lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests
 
+# The docs site (mkdocs.yml: docs/ and the docstrings) into site/; warnings are errors.
+docs: $(STAMP)
+	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
+
 bench: $(STAMP)
 	@for name in disk convert push adders sample beam export cli d4rl_read minari_read save_rlds; do \
 	  if [ -f benchmarks/$$name.py ]; then $(BIN)/python -m benchmarks.$$name; fi; \
 	done
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) build site *.egg-info

@@ -1,6 +1,6 @@
 """Plain NumPy references of every item kind `push` writes, and exact comparisons with a table.
 
-`reference_items(kind, episodes)` follows the item tables of README "Push into Reverb" and
+`reference_items(kind, episodes)` follows the item tables of docs/items.md and
 docs/semantics.md §3-§6 one Python step at a time (the n-step and window maths are
 `tests/adders/test_adders_properties.py`'s references). Items are compared by *origin*: the
 episode and step their first row comes from, read from `observation/state` = [e, t, ...]
@@ -36,7 +36,7 @@ def _extras(steps: dict) -> dict:
 
 
 def reference_trajectories(steps: dict) -> dict:
-    """One episode's per-step TF-Agents trajectory fields (README "Convert"), `[T]` each."""
+    """One episode's per-step TF-Agents trajectory fields (docs/deviations.md), `[T]` each."""
     size = len(steps[types.IS_FIRST])
     step_type = np.full(size, MID, np.int32)
     step_type[0] = FIRST

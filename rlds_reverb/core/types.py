@@ -176,16 +176,16 @@ class EndBehavior(enum.Enum):
     Each value is drawn for an episode of 7 steps (0..6), `length=3`, `period=3`:
 
     TRUNCATE: the last window is shorter.
-        [0 1 2] [3 4 5] [6]
+        `[0 1 2] [3 4 5] [6]`
     PAD: the last window is padded with null steps (zeros, `mask` false).
-        [0 1 2] [3 4 5] [6 _ _]
+        `[0 1 2] [3 4 5] [6 _ _]`
     DROP: the residual steps start no window.
-        [0 1 2] [3 4 5]
+        `[0 1 2] [3 4 5]`
     LAST: the last window is the last `length` steps, overlapping the one before
         (padded when the episode is shorter than `length`).
-        [0 1 2] [3 4 5] [4 5 6]
+        `[0 1 2] [3 4 5] [4 5 6]`
     CONTINUE: windows cross into the next episode (its first step has `is_first`).
-        [0 1 2] [3 4 5] [6 0' 1'] ...
+        `[0 1 2] [3 4 5] [6 0' 1'] ...`
     """
 
     TRUNCATE = 'truncate'

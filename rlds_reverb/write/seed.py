@@ -90,7 +90,7 @@ def seed_server(
 
     Raises:
       TableError: If a restored checkpoint lacks `table`, or an argument is out of range.
-      Anything `push` raises.
+      Exception: Anything `push` raises, unchanged.
 
     Example:
       >>> result = seed_server(load(path), preset='prioritized', checkpoint_dir='/ckpt')

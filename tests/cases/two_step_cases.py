@@ -293,7 +293,7 @@ TF_AGENTS_AGREES = [
     'discount_agrees_with_terminal_flag',
 ]
 # Where TF-Agents differs only by keeping the data's discount into a terminal step: its
-# discounts, everything else as in `expected` (the deliberate deviation D1, README).
+# discounts, everything else as in `expected` (the deliberate deviation D1, docs/deviations.md).
 TF_AGENTS_TERMINAL_DISCOUNTS = {
     'complete_episode': [1.0, 1.0, 0.0],
     'several_episodes_in_one_stream': [1.0, 0.0, 0.0, 1.0, 1.0, 1.0],

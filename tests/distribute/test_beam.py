@@ -562,7 +562,7 @@ def test_a_server_killed_mid_pipeline_is_named_and_a_restart_and_rerun_complete_
     addresses = [remote, f'localhost:{local.port}']
     # The failing push runs as its own program, as `rlds-reverb push` does: a Reverb writer
     # whose server died keeps its pending items while its process lives, and would send
-    # them to a server restarted on the same address (see README, Beyond one machine); the
+    # them to a server restarted on the same address (see docs/distributed.md); the
     # program must exit on its own once it has reported the failure.
     with remote_server() as process:
         push = run_cli.start(

@@ -1,7 +1,8 @@
 """The package layout: every module imports only its own layer and the layers below, no cycles.
 
-Layers, bottom-up: `_LAYERS` below, the one place the order is written; the README's Architecture
-section and the package docstring list the same order (checked here). Imports inside functions count too: a lazy import is a dependency.
+Layers, bottom-up: `_LAYERS` below, the one place the order is written; docs/architecture.md
+and the package docstring list the same order (checked here). Imports inside functions count
+too: a lazy import is a dependency.
 """
 
 from __future__ import annotations
@@ -154,10 +155,10 @@ def _listed_rooms(text: str, indent: str) -> list[str]:
     return rooms
 
 
-def test_readme_and_package_docstring_list_the_layers_in_order():
+def test_architecture_page_and_package_docstring_list_the_layers_in_order():
     import rlds_reverb
 
-    readme = (_ROOT / 'README.md').read_text()
-    architecture = readme.split('## Architecture', 1)[1].split('```')[1]
+    page = (_ROOT / 'docs' / 'architecture.md').read_text()
+    architecture = page.split('```')[1]
     assert _listed_rooms(architecture, '  ') == list(_LAYERS)
     assert _listed_rooms(rlds_reverb.__doc__, '    ') == list(_LAYERS)

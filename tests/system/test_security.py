@@ -1,4 +1,4 @@
-"""Who can reach the data (README, Security): the open-port notice, private directories,
+"""Who can reach the data (docs/security.md): the open-port notice, private directories,
 no code run from a dataset's files, and no server outliving what started it.
 
 Modes are checked under a permissive umask (0), where anything not set on purpose would come
@@ -102,7 +102,7 @@ def _find_outgoing_ipv4() -> str | None:
 
 
 def test_a_reverb_server_listens_on_every_interface():
-    """The fact README's Security section states: `*:PORT` in `ss -ltn`, IPv6 and IPv4."""
+    """The fact docs/security.md states: `*:PORT` in `ss -ltn`, IPv6 and IPv4."""
     running = reverb.Server([tables.uniform('replay', max_size=10)], port=None)
     try:
         assert _list_local_addresses(running.port) == {'0' * 32}  # [::], dual-stack.

@@ -3,9 +3,9 @@
 `tests/tf_agents_upstream/rlds_to_reverb_upstream.py` is TF-Agents 0.19.0's
 `tf_agents/replay_buffers/rlds_to_reverb_test.py` with one change, its import
 (`import rlds_reverb as rlds_to_reverb`). Its two test classes are collected here. Every
-upstream test passes except the deliberate deviations of the README ("Drop-in
-deviations"), each marked `xfail(strict=True)` below, so that fixing one, or breaking
-another test, fails the suite. The tests after the marks pin what we do instead.
+upstream test passes except the deliberate deviations (docs/deviations.md), each marked
+`xfail(strict=True)` below, so that fixing one, or breaking another test, fails the suite.
+The tests after the marks pin what we do instead.
 """
 
 import numpy as np
@@ -31,8 +31,8 @@ from tests.tf_agents_upstream.rlds_to_reverb_upstream import (  # noqa: F401 (co
 # expects [1, 1, 0], we give [1, 0, 0] (docs/semantics.md §3).
 _TERMINAL_DISCOUNT = (
     'D1: the transition into a terminal step has discount 0 (TF-Agents keeps the data '
-    "d_{L-1} = 1, so a DQN target bootstraps from the terminal state); see README 'Drop-in "
-    "deviations' and test_d1_terminal_transition_has_discount_0"
+    'd_{L-1} = 1, so a DQN target bootstraps from the terminal state); see docs/deviations.md '
+    'and test_d1_terminal_transition_has_discount_0'
 )
 _DEVIATIONS = {
     (RldsToTrajectoriesTest, 'test_conversion_valid_episodes_complete_episode'): _TERMINAL_DISCOUNT,

@@ -8,7 +8,7 @@ item kinds. For each:
 * `push` into one server gives the items of the plain NumPy reference
   (`tests/item_references.py`), each exactly once;
 * `push_with_beam` into two servers gives the same items, each exactly once over both;
-* `export_table(push(x))` gives back `x` for every kind README "Export a table to RLDS"
+* `export_table(push(x))` gives back `x` for every kind docs/export.md
   says exports (two-step tables lose single-step episodes, which make no item:
   docs/semantics.md §10).
 
@@ -53,7 +53,7 @@ KINDS = {
     'episode_split': items.Episode(16, overflow='split'),
     'episode_truncate': items.Episode(16, overflow='truncate'),
 }
-# Kinds that export (README "Export a table to RLDS"): (kind, add_ids, item= for export).
+# Kinds that export (docs/export.md): (kind, add_ids, item= for export).
 EXPORTS = {
     'episode': (items.Episode(1000), False, None),
     'two_step': (items.TwoStep(), False, None),

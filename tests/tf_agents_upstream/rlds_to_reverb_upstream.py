@@ -18,7 +18,7 @@
 # The one change: `from tf_agents.replay_buffers import rlds_to_reverb` became
 # `import rlds_reverb as rlds_to_reverb`, so TF-Agents' own tests run against the
 # drop-in. Do not edit anything else here: tests/system/test_tf_agents_contract.py runs these
-# classes and marks the deliberate deviations (README, "Drop-in deviations").
+# classes and marks the deliberate deviations (docs/deviations.md).
 
 """Tests for tf_agents.replay_buffers.rlds_to_reverb."""
 

@@ -79,7 +79,7 @@ def test_equals_tf_agents_where_tf_agents_is_right(name):
 
 @pytest.mark.parametrize('name', sorted(two_step_cases.TF_AGENTS_TERMINAL_DISCOUNTS))
 def test_tf_agents_differs_only_by_the_discount_into_a_terminal_step(name):
-    """Deviation D1 (README): TF-Agents keeps the data's discount into a terminal step."""
+    """Deviation D1 (docs/deviations.md): TF-Agents keeps the data's discount into a terminal step."""
     theirs = _stack(list(tfa_rlds.convert_rlds_to_trajectories(_case_dataset(name))))
     want = dict(_CASES[name]['expected'])
     want['discount'] = two_step_cases.TF_AGENTS_TERMINAL_DISCOUNTS[name]

@@ -15,7 +15,7 @@ from rlds_reverb import checkpoints, items, observers, priorities, sampling, tab
 
 
 def push_two_ways(address: str, observer: observers.ReverbAddTrajectoryObserver) -> int:
-    """Loads a dataset, validates it and pushes it: the README's quick start, typed."""
+    """Loads a dataset, validates it and pushes it: the README's first steps, typed."""
     episodes = rlds_reverb.load('/data/cartpole', split='train[:10]')
     report: rlds_reverb.ValidationReport = rlds_reverb.validate(episodes, on_invalid='skip')
     if not report.ok:

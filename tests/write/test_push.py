@@ -192,7 +192,7 @@ def test_two_step_items_equal_tf_agents_observer(reverb_client):
     theirs = [as_lists(s.data) for s in read_items(reverb_client, 'tf_agents')]
     writers.push(_three_episodes(), reverb_client, 'tf_agents')
     ours = [as_lists(s.data) for s in read_items(reverb_client, 'tf_agents')]
-    # The same items, except on purpose (deviation D1, README): E0 is terminated with data
+    # The same items, except on purpose (deviation D1, docs/deviations.md): E0 is terminated with data
     # discounts 1 1 1, and its transition into the terminal step gets 0 here.
     assert [t.discount for t in theirs[:2]] == [[1.0, 1.0], [1.0, 0.0]]
     assert [t.discount for t in ours[:2]] == [[1.0, 0.0], [0.0, 0.0]]
