@@ -40,9 +40,6 @@ _LINK = re.compile(r'\[[^\]]*\]\(([^)\s]+)\)')
 _SERVE_READY = 'Serving'
 _COMMAND_TIMEOUT_S = 300
 _NOT_RUN = ('python3.11 -m venv', 'pip install')  # This test already runs in the venv.
-# Pages that other helpers of issues 23 and 24 write on their own branches; the README links
-# them already. Once they are merged, this set must be emptied (the test then checks them).
-_WRITTEN_ON_OTHER_BRANCHES = {'docs/convert.md', 'docs/report.md', 'docs/status.md'}
 
 
 def _find_blocks(language: str) -> list[str]:
@@ -199,8 +196,7 @@ def test_relative_links_of_the_readme_and_the_docs_resolve():
     for page in [_README, *sorted((_ROOT / 'docs').rglob('*.md'))]:
         for link in _list_relative_links(page):
             target = (page.parent / link).resolve()
-            relative = target.relative_to(_ROOT).as_posix() if target.is_relative_to(_ROOT) else ''
-            if link and not target.exists() and relative not in _WRITTEN_ON_OTHER_BRANCHES:
+            if link and not target.exists():
                 missing.append(f'{page.relative_to(_ROOT)}: {link}')
     assert not missing, missing
 
