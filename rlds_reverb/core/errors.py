@@ -14,6 +14,7 @@ __all__ = [
     'EpisodeTooLongError',
     'ExportError',
     'InvalidEpisodeError',
+    'MinariFormatError',
     'PushError',
     'ResumeError',
     'ReverbConnectionError',
@@ -37,6 +38,11 @@ class SourceError(RldsReverbError, ValueError):
 
 class SourceNotFoundError(SourceError, FileNotFoundError):
     """A dataset path does not exist."""
+
+
+class MinariFormatError(SourceError):
+    """A Minari dataset's file is missing, empty or malformed; the message names the file and
+    the key (or episode) that is wrong."""
 
 
 class SpecMismatchError(RldsReverbError, ValueError):
