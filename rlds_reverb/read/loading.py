@@ -11,6 +11,8 @@ Sources, in the order they are tried:
   (holding `dataset_info.json`, e.g. `~/tensorflow_datasets/name/1.0.0`), or a parent of
   version directories (`name/` holding `1.0.0/`, or `name/config/1.0.0/`; the latest version
   is used when there are several);
+* a Minari dataset directory (`<name>-v<N>/` or its `data/`, holding Minari's
+  `metadata.json`; HDF5 or Arrow files): read by `rlds_reverb.read.minari` (docs/minari.md);
 * a TFDS dataset name (`'name'`, `'name/config'`, `'name:1.0.0'`) found in `data_dir`
   (or in TFDS' default data directory); nothing is ever downloaded (a community namespace
   such as `'huggingface:name'`, which TFDS fetches, is refused).
@@ -68,7 +70,7 @@ from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import sources, types
 from rlds_reverb.core.errors import SourceError, SourceNotFoundError, SpecMismatchError
 from rlds_reverb.core.specs import get_step_spec
-from rlds_reverb.read import records
+from rlds_reverb.read import minari, records
 from rlds_reverb.storage import tfds_writer
 
 __all__ = [
@@ -110,7 +112,8 @@ def load(
 
     Args:
       source: A `tf.data.Dataset` of RLDS episodes, a TFDS dataset directory (or the parent
-        of its version directories), or a TFDS dataset name found in `data_dir`.
+        of its version directories), a Minari dataset directory, or a TFDS dataset name found
+        in `data_dir`.
       split: The TFDS split, with TFDS' slicing syntax (`'train[:10%]'`); ignored for a
         `tf.data.Dataset`.
       data_dir: Where to look up a TFDS dataset name; TFDS' default when None.
@@ -136,6 +139,8 @@ def load(
       SpecMismatchError: If a required step field other than `discount` is missing.
         A step feature the whole-episode reader cannot decode is named in a `SourceError`.
       SpecMismatchError: If `step_fields` names a field the steps do not have.
+      MinariFormatError: If a Minari dataset's metadata.json or data files are empty,
+        malformed or incomplete (the message names the file and key); a `SourceError`.
       TypeError: If `source` is neither a dataset, a path nor a string.
       ValueError: If `check_files` is not True, False or 'full'.
 
@@ -151,6 +156,8 @@ def load(
     if isinstance(source, tf.data.Dataset):
         where = 'the given tf.data.Dataset'
         return _check_episodes(_select_in_steps(source, paths, where=where), where=where)
+    if isinstance(source, str | os.PathLike) and minari.find_data_directory(source):
+        return _load_minari(source, split=split, paths=paths)
     builder, where = _open_builder(source, data_dir=data_dir)
     _check_rlds_features(builder, where=where)
     split_names = _check_split(builder, split, where=where)
@@ -175,6 +182,22 @@ def load(
     except (ValueError, KeyError, AssertionError, tf.errors.OpError) as e:
         raise SourceError(f'Could not read split {split!r} of {where}: {e}') from e
     return _check_episodes(_select_in_steps(episodes, paths, where=where), where=where)
+
+
+def _load_minari(
+    source: str | os.PathLike, *, split: str, paths: list[tuple[str, ...]] | None
+) -> tf.data.Dataset:
+    """Returns a Minari dataset's episodes (`rlds_reverb.read.minari`)."""
+    where = f'the Minari dataset at {minari.find_data_directory(source)}'
+    if split != 'train':
+        raise SourceError(
+            f'{where} has no splits (split={split!r}); read part of it with .take, .skip or '
+            '.shard of what load returns.'
+        )
+    select = None if paths is None else (lambda s: select_step_fields(s, paths, where=where))
+    episodes = minari.open_minari(source, select_steps=select)
+    _check_step_spec(episodes, where=where)
+    return episodes
 
 
 def _parse_step_fields(step_fields: Sequence[str] | None) -> list[tuple[str, ...]] | None:

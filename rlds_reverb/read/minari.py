@@ -187,10 +187,13 @@ def _parse_space(
 
 
 def _read_metadata(file: pathlib.Path) -> dict:
-    try:
-        text = file.read_text()
-    except OSError as e:
-        raise MinariFormatError(f'{file} cannot be read ({e}).') from e
+    if not file.is_file():
+        raise MinariFormatError(
+            f'{file} is missing: a Minari data directory holds it beside its data files (found '
+            f'{sorted(p.name for p in file.parent.iterdir())}). Re-create or re-download the '
+            'dataset.'
+        )
+    text = file.read_text()
     if not text.strip():
         raise _fail(file, 'the file', 'is empty')
     try:
@@ -222,14 +225,18 @@ def find_data_directory(path: str | os.PathLike) -> pathlib.Path | None:
         `data/` directory (holding `metadata.json`).
 
     Returns:
-      The directory holding Minari's metadata.json, or None when `path` is no such directory
-      (a TFDS dataset directory, a file, a path that does not exist).
+      The directory holding Minari's metadata.json (or Minari's data files, when
+      metadata.json is missing), or None when `path` is no such directory (a TFDS dataset
+      directory, a file, a path that does not exist).
     """
     path = pathlib.Path(path).expanduser()
     if not path.is_dir() or (path / _TFDS_INFO).exists():
         return None
     for directory in (path, path / _DATA):
         if (directory / METADATA).is_file() and _looks_like_minari(directory / METADATA):
+            return directory.absolute()
+    for directory in (path, path / _DATA):  # Minari's data files without metadata.json.
+        if (directory / _HDF5_FILE).is_file() or any(directory.glob(f'*/*{_ARROW_SUFFIX}')):
             return directory.absolute()
     return None
 
