@@ -35,6 +35,8 @@ from rlds_reverb.core.sources import Shard, Skip, Take
 from rlds_reverb.read import minari
 from rlds_reverb.read.loading import load
 from rlds_reverb.serve import tables
+from rlds_reverb.storage import features as storage_features
+from rlds_reverb.storage import tfds_writer
 from rlds_reverb.transform import items
 from tests import reverb_tables
 
@@ -228,6 +230,30 @@ def test_the_adders_read_a_minari_source_as_its_nested_steps():
         assert len(fast) == len(slow) > 0
         for a, b in zip(fast, slow, strict=True):
             tree.map_structure(np.testing.assert_array_equal, a, b)
+
+
+@pytest.mark.parametrize('name', ['image-hdf5', 'tuple-arrow'])
+def test_written_as_rlds_tfds_the_episodes_load_back_the_same(tmp_path, name):
+    episodes = load(_directory(name))
+    step_specs = dict(episodes.element_spec[types.STEPS].element_spec)
+    for flag in types.FLAG_FIELDS:
+        step_specs.pop(flag)
+    episode_specs = {k: v for k, v in episodes.element_spec.items() if k != types.STEPS}
+    features = storage_features.make_rlds_features_from_specs(step_specs, episode_specs)
+    written = tfds_writer.write_rlds_dataset(
+        tmp_path / 'minari' / '1.0.0', _read(episodes), features=features, name='minari'
+    )
+    for a, b in zip(_read(load(written)), _read(episodes), strict=True):
+        tree.map_structure(_assert_stored_equal, a, b)
+
+
+def _assert_stored_equal(got: np.ndarray, want: np.ndarray) -> None:
+    """Equal, but float64 to float32 precision: tf.train.Example stores floats as float32."""
+    assert got.dtype == want.dtype
+    if want.dtype == np.float64:
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    else:
+        np.testing.assert_array_equal(got, want)
 
 
 def test_step_fields_keeps_the_named_observation_fields():
