@@ -53,6 +53,7 @@ METADATA = 'metadata.json'
 _DATA = 'data'
 _HDF5_FILE = 'main_data.hdf5'
 _ARROW_SUFFIX = '.arrow'
+_ARROW_PARTS = f'*/part-*{_ARROW_SUFFIX}'  # Minari's episode files, one directory each.
 _TFDS_INFO = 'dataset_info.json'
 # Keys of Minari's metadata.json: any of them marks the file as Minari's.
 _DATA_FORMAT = 'data_format'
@@ -94,19 +95,19 @@ class _Leaf:
     jpeg: bool
 
 
-def _fail(file: pathlib.Path, key: str, problem: str) -> MinariFormatError:
-    return MinariFormatError(
-        f'{file}: {key} {problem}. Is this a Minari dataset written by minari >= 0.5? '
-        're-create it, or fix that key.'
-    )
+def _make_error(file: pathlib.Path, key: str, problem: str) -> MinariFormatError:
+    """Returns the error naming a file's wrong key (a dotted path into its JSON)."""
+    advice = 'Re-create the dataset with minari (>= 0.5), or fix that key.'
+    return MinariFormatError(f'{file}: {key} {problem}. {advice}')
 
 
 def _require(node: Any, key: str, kind: type | tuple, *, file: pathlib.Path, where: str) -> Any:
+    """Returns `node[key]`, raising `MinariFormatError` if it is missing or not a `kind`."""
     if not isinstance(node, Mapping) or key not in node:
-        raise _fail(file, f'{where}.{key}', 'is missing')
+        raise _make_error(file, f'{where}.{key}', 'is missing')
     value = node[key]
     if not isinstance(value, kind) or isinstance(value, bool) and kind is int:
-        raise _fail(
+        raise _make_error(
             file, f'{where}.{key}', f'is {value!r}, not a {getattr(kind, "__name__", kind)}'
         )
     return value
@@ -173,7 +174,7 @@ def _parse_space(
             size = _require(node, 'n', (int, list), file=file, where=where)
             dtype, shape, image = np.dtype(np.int8), tuple(np.atleast_1d(size)), False
         else:
-            raise _fail(
+            raise _make_error(
                 file,
                 f'{where}.type',
                 f'is {kind!r}, which rlds_reverb does not read (Box, Discrete, MultiDiscrete, '
@@ -182,7 +183,7 @@ def _parse_space(
     except (TypeError, ValueError) as e:
         if isinstance(e, MinariFormatError):
             raise
-        raise _fail(file, where, f'is not a valid {kind} space ({e})') from e
+        raise _make_error(file, where, f'is not a valid {kind} space ({e})') from e
     return _Leaf(hdf5_path, arrow_path, dtype, tuple(int(d) for d in shape), image)
 
 
@@ -195,17 +196,17 @@ def _read_metadata(file: pathlib.Path) -> dict:
         )
     text = file.read_text()
     if not text.strip():
-        raise _fail(file, 'the file', 'is empty')
+        raise _make_error(file, 'the file', 'is empty')
     try:
         content = json.loads(text)
     except ValueError as e:
-        raise _fail(file, 'the file', f'is not valid JSON ({e})') from e
+        raise _make_error(file, 'the file', f'is not valid JSON ({e})') from e
     if not isinstance(content, dict):
-        raise _fail(file, 'the file', f'holds a {type(content).__name__}, not a JSON object')
+        raise _make_error(file, 'the file', f'holds a {type(content).__name__}, not a JSON object')
     return content
 
 
-def _looks_like_minari(file: pathlib.Path) -> bool:
+def _is_minari_metadata(file: pathlib.Path) -> bool:
     """Returns whether `file` is Minari's metadata.json: unreadable as JSON, or with its keys.
 
     An empty or malformed file counts, so that `load` names its problem.
@@ -233,10 +234,10 @@ def find_data_directory(path: str | os.PathLike) -> pathlib.Path | None:
     if not path.is_dir() or (path / _TFDS_INFO).exists():
         return None
     for directory in (path, path / _DATA):
-        if (directory / METADATA).is_file() and _looks_like_minari(directory / METADATA):
+        if (directory / METADATA).is_file() and _is_minari_metadata(directory / METADATA):
             return directory.absolute()
     for directory in (path, path / _DATA):  # Minari's data files without metadata.json.
-        if (directory / _HDF5_FILE).is_file() or any(directory.glob(f'*/*{_ARROW_SUFFIX}')):
+        if (directory / _HDF5_FILE).is_file() or any(directory.glob(_ARROW_PARTS)):
             return directory.absolute()
     return None
 
@@ -276,7 +277,8 @@ class MinariSource(sources.EpisodeSource):
         )
 
     def select(self, selection: sources.Selection) -> MinariSource:
-        counts = dataclasses.astuple(selection)[:-1]  # Every field but the name.
+        counts = [getattr(selection, f.name) for f in dataclasses.fields(selection)]
+        counts = counts[:-1]  # Every field but the name.
         if self.selections or not all(isinstance(c, int) for c in counts):
             return dataclasses.replace(self, selections=(*self.selections, selection))
         ids = self.episode_ids
@@ -375,11 +377,13 @@ def _check_leaf(values: Any, leaf: _Leaf, steps: int, *, where: str) -> np.ndarr
             object,
         )
         if len(values) < steps:
-            raise _fail(pathlib.Path(where), key, f'holds {len(values)} frames, expected {steps}')
+            raise _make_error(
+                pathlib.Path(where), key, f'holds {len(values)} frames, expected {steps}'
+            )
         return values[:steps]
     values = np.asarray(values)
     if values.shape[1:] != leaf.shape or len(values) < steps:
-        raise _fail(
+        raise _make_error(
             pathlib.Path(where),
             key,
             f'has shape {values.shape}, expected ({steps}, '
@@ -395,17 +399,17 @@ def _read_hdf5(directory: pathlib.Path, episode_id: int, leaves: list[_Leaf]):
     group_name = f'episode_{episode_id}'
     with h5py.File(file, 'r') as handle:
         if group_name not in handle:
-            raise _fail(file, group_name, 'is missing (metadata.json counts it)')
+            raise _make_error(file, group_name, 'is missing (metadata.json counts it)')
         group = handle[group_name]
         where = f'{file} (episode {episode_id})'
-        raw = [_hdf5_dataset(group, leaf.hdf5_path, where=where)[()] for leaf in leaves]
-        rewards = _hdf5_dataset(group, (_REWARDS,), where=where)[()]
-        terminations = _hdf5_dataset(group, (_TERMINATIONS,), where=where)[()]
+        raw = [_find_hdf5_dataset(group, leaf.hdf5_path, where=where)[()] for leaf in leaves]
+        rewards = _find_hdf5_dataset(group, (_REWARDS,), where=where)[()]
+        terminations = _find_hdf5_dataset(group, (_TERMINATIONS,), where=where)[()]
         seed = group.attrs.get(SEED, _NO_SEED)
     return raw, rewards, terminations, np.int64(seed), where
 
 
-def _hdf5_dataset(group: Any, path: tuple[str, ...], *, where: str) -> Any:
+def _find_hdf5_dataset(group: Any, path: tuple[str, ...], *, where: str) -> Any:
     node = group
     for key in path:
         if key not in node:
@@ -423,16 +427,16 @@ def _read_arrow(directory: pathlib.Path, episode_id: int, leaves: list[_Leaf]):
     episode_dir = directory / str(episode_id)
     parts = sorted(episode_dir.glob(f'*{_ARROW_SUFFIX}'))
     if not parts:
-        raise _fail(episode_dir, f'episode {episode_id}', 'has no .arrow file')
+        raise _make_error(episode_dir, f'episode {episode_id}', 'has no .arrow file')
     tables = [pa.ipc.open_file(pa.memory_map(os.fspath(p))).read_all() for p in parts]
     table = pa.concat_tables(tables) if len(tables) > 1 else tables[0]
     where = f'{parts[0]} (episode {episode_id})'
     steps = table.num_rows - 1
-    raw = [_arrow_leaf(table, leaf, where=where) for leaf in leaves]
-    rewards = _arrow_column(table, _REWARDS, where=where).to_numpy(zero_copy_only=False)[:steps]
-    terminations = _arrow_column(table, _TERMINATIONS, where=where).to_numpy(zero_copy_only=False)[
-        :steps
-    ]
+    raw = [_read_arrow_leaf(table, leaf, where=where) for leaf in leaves]
+    rewards = _get_arrow_column(table, _REWARDS, where=where).to_numpy(zero_copy_only=False)[:steps]
+    terminations = _get_arrow_column(table, _TERMINATIONS, where=where).to_numpy(
+        zero_copy_only=False
+    )[:steps]
     seed = _NO_SEED
     metadata = episode_dir / METADATA
     if metadata.is_file():
@@ -441,7 +445,7 @@ def _read_arrow(directory: pathlib.Path, episode_id: int, leaves: list[_Leaf]):
     return raw, rewards, terminations, np.int64(seed), where
 
 
-def _arrow_column(table: Any, name: str, *, where: str) -> Any:
+def _get_arrow_column(table: Any, name: str, *, where: str) -> Any:
     if name not in table.column_names:
         raise MinariFormatError(
             f'{where}: column {name!r} is missing (columns: {table.column_names}). Re-create '
@@ -450,11 +454,11 @@ def _arrow_column(table: Any, name: str, *, where: str) -> Any:
     return table.column(name).combine_chunks()
 
 
-def _arrow_leaf(table: Any, leaf: _Leaf, *, where: str) -> Any:
+def _read_arrow_leaf(table: Any, leaf: _Leaf, *, where: str) -> Any:
     import pyarrow as pa
 
     top, *path = leaf.arrow_path
-    array = _arrow_column(table, top, where=where)
+    array = _get_arrow_column(table, top, where=where)
     for key in path:
         if not pa.types.is_struct(array.type) or array.type.get_field_index(key) < 0:
             raise MinariFormatError(
@@ -469,7 +473,9 @@ def _arrow_leaf(table: Any, leaf: _Leaf, *, where: str) -> Any:
     return array.to_numpy(zero_copy_only=False)
 
 
-def _episode_ids(directory: pathlib.Path, data_format: DataFormat, total: int) -> tuple[int, ...]:
+def _list_episode_ids(
+    directory: pathlib.Path, data_format: DataFormat, total: int
+) -> tuple[int, ...]:
     """Returns the ids 0 .. total - 1, after checking that each episode's data is there."""
     ids = tuple(range(total))
     if data_format == DataFormat.HDF5:
@@ -535,7 +541,7 @@ def open_minari(
     try:
         data_format = DataFormat(name)
     except ValueError as e:
-        raise _fail(
+        raise _make_error(
             file, f'metadata.{_DATA_FORMAT}', f'is {name!r}; rlds_reverb reads "hdf5" and "arrow"'
         ) from e
     total = _require(metadata, _TOTAL_EPISODES, int, file=file, where='metadata')
@@ -546,7 +552,7 @@ def open_minari(
         try:
             node = json.loads(text)
         except ValueError as e:
-            raise _fail(file, f'metadata.{key}', f'is not a JSON space ({e})') from e
+            raise _make_error(file, f'metadata.{key}', f'is not a JSON space ({e})') from e
         top = _OBSERVATIONS if key == _OBSERVATION_SPACE else _ACTIONS
         spaces.append(
             _parse_space(
@@ -563,7 +569,7 @@ def open_minari(
         data_format=data_format,
         observations=spaces[0],
         actions=spaces[1],
-        episode_ids=_episode_ids(data, data_format, total),
+        episode_ids=_list_episode_ids(data, data_format, total),
         select_steps=select_steps,
     )
     return episodes_lib.from_source(source)

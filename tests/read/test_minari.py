@@ -518,3 +518,10 @@ def test_peak_memory_is_flat_in_the_number_of_episodes(tmp_path, data_format, su
         peaks[count] = int(out[1]) / 1024  # MiB (ru_maxrss is in KiB on Linux).
     data_mib = 150 * 1001 * (17 + 6 + 2) * 4 / 2**20  # What holding 150 more episodes takes.
     assert peaks[200] - peaks[50] < min(25.0, data_mib), (peaks, data_mib)
+
+
+@pytest.mark.parametrize('data_format', ['hdf5', 'arrow'])
+def test_a_dataset_without_episodes_reads_as_none(tmp_path, data_format):
+    episodes = load(write_minari(tmp_path, data_format, []))
+    assert _read(episodes) == []
+    assert rlds_reverb.validate(episodes).episodes == 0
