@@ -59,8 +59,14 @@ def _read(episodes: tf.data.Dataset) -> list[dict]:
     return list(episodes_lib.to_whole_episodes(episodes).as_numpy_iterator())
 
 
-@pytest.mark.parametrize('name', _DATASETS)
-def test_each_episode_is_what_minari_reads(name):
+@pytest.mark.parametrize('kind', ['image', 'tuple'])
+def test_each_episode_is_what_minari_reads(kind):
+    for data_format in ('hdf5', 'arrow'):
+        _compare_with_minari(f'{kind}-{data_format}')
+
+
+def _compare_with_minari(name: str) -> None:
+    """Compares each episode `load` reads with what minari's `iterate_episodes()` read."""
     episodes = _read(load(_directory(name)))
     expected = _EXPECTED[name]['episodes']
     assert len(episodes) == len(expected) == 6
@@ -525,3 +531,10 @@ def test_a_dataset_without_episodes_reads_as_none(tmp_path, data_format):
     episodes = load(write_minari(tmp_path, data_format, []))
     assert _read(episodes) == []
     assert rlds_reverb.validate(episodes).episodes == 0
+
+
+def test_the_command_line_reads_a_minari_directory(run_cli):
+    code, out, _ = run_cli('validate', _directory('image-hdf5'))
+    assert code == 0 and 'valid 6, invalid 0' in out
+    code, out, _ = run_cli('info', _directory('tuple-arrow'))
+    assert code == 0 and 'terminated: 3  truncated: 3' in out
