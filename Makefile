@@ -46,7 +46,7 @@ test-fast: $(STAMP) lint
 	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests
 
 bench: $(STAMP)
-	@for name in disk convert push adders sample beam export cli minari_read; do \
+	@for name in disk convert push adders sample beam export cli d4rl_read minari_read save_rlds; do \
 	  if [ -f benchmarks/$$name.py ]; then $(BIN)/python -m benchmarks.$$name; fi; \
 	done
 
