@@ -53,6 +53,7 @@ _EXPORTS = {
     'load': 'rlds_reverb.read.loading:load',
     'validate': 'rlds_reverb.check.validation:validate',
     'ValidationReport': 'rlds_reverb.check.validation:ValidationReport',
+    'write_report': 'rlds_reverb.check.report_html:write_report',
     'convert_rlds_to_trajectories': 'rlds_reverb.transform.convert:convert_rlds_to_trajectories',
     'PushOptions': 'rlds_reverb.write.options:PushOptions',
     'PushStats': 'rlds_reverb.write.push:PushStats',
@@ -96,10 +97,12 @@ __all__ = [
     'seed_server',
     'tables',
     'validate',
+    'write_report',
 ]
 
 if TYPE_CHECKING:
     # The same names as `_EXPORTS`, written out for type checkers and IDEs (never run).
+    from rlds_reverb.check.report_html import write_report as write_report
     from rlds_reverb.check.validation import ValidationReport as ValidationReport
     from rlds_reverb.check.validation import validate as validate
     from rlds_reverb.core.errors import ExportError as ExportError

@@ -16,7 +16,7 @@ __all__ = [
 ]
 
 
-def _summarize_episode(steps: types.Nest) -> dict[str, tf.Tensor]:
+def summarize_episode(steps: types.Nest) -> dict[str, tf.Tensor]:
     """Length, ending and undiscounted return (all reward leaves summed) of one episode."""
     is_last = steps[types.IS_LAST]
     rewards = [tf.reduce_sum(tf.cast(r, tf.float64)) for r in tree.flatten(steps[types.REWARD])]
@@ -48,7 +48,7 @@ def describe_dataset(episodes: tf.data.Dataset) -> DatasetStats:
     """
     step_spec = specs.get_step_spec(episodes)
     summaries = episodes_lib.to_episode_tensors(episodes).map(
-        episodes_lib.without_autograph(_summarize_episode),
+        episodes_lib.without_autograph(summarize_episode),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )

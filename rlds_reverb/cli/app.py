@@ -21,7 +21,13 @@ import stat
 import sys
 from collections.abc import Sequence
 
-from rlds_reverb.cli import data_commands, demo_command, export_commands, reverb_commands
+from rlds_reverb.cli import (
+    data_commands,
+    demo_command,
+    export_commands,
+    report_command,
+    reverb_commands,
+)
 from rlds_reverb.cli.common import (
     EXIT_ERROR,
     EXIT_INTERRUPTED,
@@ -90,6 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
         demo_command.add_demo_parser,
         export_commands.add_export_parser,
         export_commands.add_record_parser,
+        report_command.add_report_parser,
     ):
         sub = add_parser(subparsers)
         add_common_options(sub, suppress=True)

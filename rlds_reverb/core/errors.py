@@ -9,6 +9,7 @@ import tensorflow as tf
 
 __all__ = [
     'CheckpointError',
+    'D4rlFileError',
     'DistributedPushError',
     'EmptyTableError',
     'EpisodeTooLongError',
@@ -38,6 +39,10 @@ class SourceError(RldsReverbError, ValueError):
 
 class SourceNotFoundError(SourceError, FileNotFoundError):
     """A dataset path does not exist."""
+
+
+class D4rlFileError(SourceError):
+    """A D4RL HDF5 file cannot be read as episodes: a key missing, no rows, uneven lengths."""
 
 
 class MinariFormatError(SourceError):

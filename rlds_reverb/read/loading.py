@@ -11,6 +11,8 @@ Sources, in the order they are tried:
   (holding `dataset_info.json`, e.g. `~/tensorflow_datasets/name/1.0.0`), or a parent of
   version directories (`name/` holding `1.0.0/`, or `name/config/1.0.0/`; the latest version
   is used when there are several);
+* a path to a D4RL HDF5 file (`.hdf5`, `.h5`): D4RL's key layout read as TFDS' d4rl
+  builder makes episodes of it (`rlds_reverb.read.d4rl`, docs/d4rl.md);
 * a Minari dataset directory (`<name>-v<N>/` or its `data/`, holding Minari's
   `metadata.json`; HDF5 or Arrow files): read by `rlds_reverb.read.minari` (docs/minari.md);
 * a TFDS dataset name (`'name'`, `'name/config'`, `'name:1.0.0'`) found in `data_dir`
@@ -46,6 +48,12 @@ change (flipped bytes) only shows when read: TF raises `tf.errors.DataLossError`
 `load(..., check_files='full')` to scan every shard up front and name it. The full check
 also decodes every record and names the shard, record and field of an episode whose step
 fields do not parse (wrong dtype or size) or lack a field the others have.
+
+Interrupted recordings. TFDS' sequential writer (envlogger's TFDS backend) lists a shard in
+`dataset_info.json` only once it is finished; a recording killed before `close()` leaves
+its open shard unlisted. `load` reads the listed shards and warns, naming that file and the
+complete episodes it holds (an error if no shard is listed); docs/envlogger.md says how to
+recover them.
 """
 
 from __future__ import annotations
@@ -56,6 +64,7 @@ import logging
 import os
 import pathlib
 import re
+import struct
 import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, Literal
@@ -70,7 +79,7 @@ from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import sources, types
 from rlds_reverb.core.errors import SourceError, SourceNotFoundError, SpecMismatchError
 from rlds_reverb.core.specs import get_step_spec
-from rlds_reverb.read import minari, records
+from rlds_reverb.read import d4rl, minari, records
 from rlds_reverb.storage import tfds_writer
 
 __all__ = [
@@ -89,6 +98,8 @@ _LISTED_ENTRIES = 8
 _PATH_PREFIXES = ('/', '.', '~')
 # Bytes TFRecord adds around each record: length (8), length CRC (4), data CRC (4).
 _TFRECORD_OVERHEAD = 16
+# Bytes before a record's data: its length (8) and the length's CRC (4).
+_TFRECORD_HEADER = 12
 
 Source = tf.data.Dataset | str | os.PathLike
 CheckFiles = bool | Literal['full']
@@ -112,15 +123,16 @@ def load(
 
     Args:
       source: A `tf.data.Dataset` of RLDS episodes, a TFDS dataset directory (or the parent
-        of its version directories), a Minari dataset directory, or a TFDS dataset name found
-        in `data_dir`.
+        of its version directories), a D4RL HDF5 file, a Minari dataset directory, or a
+        TFDS dataset name found in `data_dir`.
       split: The TFDS split, with TFDS' slicing syntax (`'train[:10%]'`); ignored for a
         `tf.data.Dataset`.
       data_dir: Where to look up a TFDS dataset name; TFDS' default when None.
       shuffle_files: Whether TFDS shuffles the order of the shards.
       read_config: TFDS read options (interleave, seeds...), passed to `as_dataset`.
       check_files: `True` checks that the split's shards exist with the right total size
-        (cheap); `'full'` also reads every shard once and decodes every record, naming a
+        (cheap), and warns of a shard an interrupted recording left unlisted (not read);
+        `'full'` also reads every shard once and decodes every record, naming a
         record whose step fields do not parse or differ in step count (a field missing
         from one episode); `False` checks nothing.
       step_fields: The step fields to keep, as `/` paths (`'observation/image'`,
@@ -134,8 +146,11 @@ def load(
 
     Raises:
       SourceNotFoundError: If the path does not exist or no dataset has that name.
+      D4rlFileError: If an HDF5 file is not in D4RL's layout, or `split` is not 'train'
+        or one slice of it (`shuffle_files` and `read_config` are a `ValueError` there).
       SourceError: If the source is not an RLDS dataset (not a TFDS directory, no `steps`),
-        the split is unknown, or a shard is missing, truncated or corrupt.
+        the split is unknown, or a shard is missing, truncated or corrupt, or the only
+        shard is one an interrupted recording left unlisted.
       SpecMismatchError: If a required step field other than `discount` is missing.
         A step feature the whole-episode reader cannot decode is named in a `SourceError`.
       SpecMismatchError: If `step_fields` names a field the steps do not have.
@@ -153,6 +168,14 @@ def load(
             f"check_files={check_files!r} is not valid; expected True, False or 'full'."
         )
     paths = _parse_step_fields(step_fields)
+    if d4rl.is_d4rl_path(source):  # A D4RL HDF5 file (rlds_reverb.read.d4rl).
+        return d4rl.load_d4rl(
+            source,
+            split=split,
+            shuffle_files=shuffle_files,
+            read_config=read_config,
+            select_steps=lambda spec: select_step_fields(spec, paths, where=os.fspath(source)),
+        )
     if isinstance(source, tf.data.Dataset):
         where = 'the given tf.data.Dataset'
         return _check_episodes(_select_in_steps(source, paths, where=where), where=where)
@@ -727,6 +750,7 @@ def _check_shards(builder: tfds.core.DatasetBuilder, split: str, *, where: str, 
     """Raises `SourceError` naming a missing, truncated or corrupt shard of `split`."""
     info = builder.info.splits[split]
     paths = [pathlib.Path(os.fspath(p)) for p in info.filepaths]
+    _check_unlisted_shard(info, where=where, split=split)
     missing = [p.name for p in paths if not p.exists()]
     if missing:
         raise SourceError(
@@ -743,6 +767,70 @@ def _check_shards(builder: tfds.core.DatasetBuilder, split: str, *, where: str, 
         parser = example_parser.ExampleParser(builder.info.features.get_serialized_info())
         for path in paths:
             _check_records(path, parser, where=where, split=split)
+
+
+def _find_unlisted_shard(info: tfds.core.SplitInfo) -> pathlib.Path | None:
+    """Returns the shard file after the split's listed ones, if one exists.
+
+    TFDS' sequential writer (envlogger's TFDS backend) rewrites `dataset_info.json` only when
+    a shard is finished, so a recording stopped before `close()` leaves its open shard
+    there, unlisted (envlogger's `rlds_utils.maybe_recover_last_shard` looks for it so too).
+    """
+    template = info.filename_template
+    if template is None:
+        return None
+    path = template.sharded_filepath(shard_index=info.num_shards, num_shards=info.num_shards + 1)
+    path = pathlib.Path(os.fspath(path))
+    return path if path.is_file() else None
+
+
+def _describe_unfinished_shard(path: pathlib.Path) -> str:
+    """Returns how many whole records the shard holds and whether its last one is cut.
+
+    Reads the TFRecord framing only (each record's length), seeking past the data.
+    """
+    size = path.stat().st_size
+    whole = position = 0
+    with path.open('rb') as file:
+        while position + _TFRECORD_HEADER <= size:
+            file.seek(position)
+            (length,) = struct.unpack('<Q', file.read(8))
+            if position + length + _TFRECORD_OVERHEAD > size:
+                break
+            whole += 1
+            position += length + _TFRECORD_OVERHEAD
+    cut = ' and an incomplete last record' if position != size else ''
+    return f'{whole} complete episode(s){cut}'
+
+
+def _check_unlisted_shard(info: tfds.core.SplitInfo, *, where: str, split: str) -> None:
+    """Names a shard a recording left unfinished: a warning, or an error if it is all there is.
+
+    Raises:
+      SourceError: If `dataset_info.json` lists no shard of the split but an unfinished one
+        exists.
+    """
+    path = _find_unlisted_shard(info)
+    if path is None:
+        return
+    problem = (
+        f'{where}: split {split!r} lists {info.num_shards} shard(s) in {_DATASET_INFO}, but '
+        f'{path} also exists, unlisted: the open shard of a recording stopped before it was '
+        'closed (envlogger or tfds.core.SequentialWriter killed). It holds '
+        f'{_describe_unfinished_shard(path)}'
+    )
+    advice = (
+        'To read its complete episodes, keep its complete records and list it with '
+        "envlogger's rlds_utils.maybe_recover_last_shard (docs/envlogger.md, Recovery)."
+    )
+    if not info.num_shards:
+        raise SourceError(f'{problem}, and nothing else is there to read. {advice}')
+    warnings.warn(
+        f'{problem}, which are NOT read: only the {info.num_examples} episode(s) of the listed '
+        f'shards are. {advice}',
+        UserWarning,
+        stacklevel=4,  # The caller of `load`.
+    )
 
 
 def _check_records(

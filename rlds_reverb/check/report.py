@@ -1,0 +1,565 @@
+"""A dataset report (`rlds-reverb report`): every figure gathered in one pass over the episodes.
+
+`compute_report` walks an RLDS dataset once, one whole episode at a time. A single `tf.data`
+map reduces each episode to small tensors: the summary `rlds-reverb info` uses
+(`stats.summarize_episode`), the one validation uses (`validation.summarize_episode`), per
+step field its minimum, maximum, sum and NaN count, the actions, the first and last frame of
+image fields and the distinct values of string fields. Python then folds those into running
+totals, exact histograms of fixed size (`StreamingHistogram`) and a few kept samples, so
+memory does not grow with the number of steps (per episode, only its length and return
+are kept, as `info` keeps them).
+
+So the key figures are `info`'s (`DatasetStats`, from `summary.summarize_episodes`) and the
+validation table is `validate(..., on_invalid='report')`'s, without reading the data twice.
+`report_html.write_report` renders the figures as one self-contained HTML page.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+import tree
+
+from rlds_reverb.check import stats, summary, validation
+from rlds_reverb.check.summary import DatasetStats
+from rlds_reverb.check.validation import ValidationReport
+from rlds_reverb.core import checks, specs, types
+from rlds_reverb.core import episodes as episodes_lib
+
+__all__ = [
+    'ActionDistribution',
+    'DatasetReport',
+    'FieldSummary',
+    'FrameSample',
+    'StreamingHistogram',
+    'compute_report',
+]
+
+# A discrete action dimension with more distinct values than this is shown as a histogram.
+MAX_CATEGORIES = 32
+# How many distinct values of a string field are counted before counting stops.
+MAX_DISTINCT_COUNTED = 10_000
+# Image fields: uint8 steps of shape [H, W, C] with one of these channel counts.
+_IMAGE_CHANNELS = (1, 3, 4)
+_SEPARATOR = '.'
+
+
+class StreamingHistogram:
+    """Exact counts of values in a fixed number of equal bins, per dimension, as values stream.
+
+    The range of a dimension's bins grows to hold every finite value: the bin width is a
+    power of two and the bins start at a multiple of it, so doubling the width merges
+    whole bins and no count is ever estimated. Memory is `dims * num_bins` counts, however
+    many values are added; the range is at most four times the data's spread (empty bins at
+    the edges, which `bins` leaves out). NaN and infinite values are not counted.
+
+    Args:
+      dims: The number of dimensions (columns of the values `add` takes).
+      num_bins: The number of bins per dimension.
+
+    Example:
+      >>> histogram = StreamingHistogram(2)
+      >>> histogram.add(np.array([[0.0, 1.0], [0.5, 3.0]]))
+      >>> edges, counts = histogram.bins(0)
+    """
+
+    def __init__(self, dims: int, num_bins: int = 64):
+        self._num_bins = checks.check_int_at_least(num_bins, 2, argument='num_bins')
+        dims = checks.check_int_at_least(dims, 1, argument='dims')
+        self._start = np.full(dims, np.nan)
+        self._width = np.full(dims, np.nan)
+        self._counts = np.zeros((dims, self._num_bins), np.int64)
+
+    def add(self, values: np.ndarray) -> None:
+        """Counts `values`, an array `[N, dims]` (numbers of any dtype)."""
+        values = np.asarray(values, np.float64).reshape(len(values), len(self._start))
+        finite = np.isfinite(values)
+        if not finite.any():
+            return
+        lows = np.where(finite, values, np.inf).min(axis=0)
+        highs = np.where(finite, values, -np.inf).max(axis=0)
+        ends = self._start + self._num_bins * self._width
+        for dim in np.flatnonzero(finite.any(axis=0)):
+            if np.isnan(self._start[dim]):
+                self._start[dim], self._width[dim] = self._fit(lows[dim], highs[dim], None)
+            elif lows[dim] < self._start[dim] or highs[dim] >= ends[dim]:
+                self._grow(dim, lows[dim], highs[dim])
+        # Dimensions without a range yet have no finite value: any bin will do, none counts.
+        start = np.nan_to_num(self._start)
+        width = np.where(np.isnan(self._width), 1.0, self._width)
+        index = _find_bins(np.where(finite, values, start), start, width)
+        index = np.clip(index, 0, self._num_bins - 1)
+        flat = (np.arange(len(self._start)) * self._num_bins + index)[finite]
+        self._counts += np.bincount(flat, minlength=self._counts.size).reshape(self._counts.shape)
+
+    def _fit(self, low: float, high: float, width: float | None) -> tuple[float, float]:
+        """Returns (start, width): the narrowest power-of-two bins (>= `width`) over [low, high]."""
+        if width is None:
+            # At least 2**-20 of the magnitude: bin indices stay far inside float64 precision.
+            spread = max(high - low, max(abs(low), abs(high)) * 2.0**-20) or 1.0
+            width = 2.0 ** math.floor(math.log2(spread / self._num_bins))
+        while True:
+            start = math.floor(low / width) * width
+            if high < start + self._num_bins * width:
+                return start, width
+            width *= 2.0
+
+    def _grow(self, dim: int, low: float, high: float) -> None:
+        old_start, old_width = self._start[dim], self._width[dim]
+        old_end = old_start + self._num_bins * old_width
+        # The new bins cover the old ones (up to the last one's start) and the new values.
+        start, width = self._fit(min(low, old_start), max(high, old_end - old_width), old_width)
+        # Old bins lie wholly inside new ones: the new width is a multiple of the old one.
+        lows = old_start + np.arange(self._num_bins) * old_width
+        target = _find_bins(lows, np.float64(start), np.float64(width))
+        merged = np.bincount(target, weights=self._counts[dim], minlength=self._num_bins)
+        self._counts[dim] = merged.astype(np.int64)
+        self._start[dim], self._width[dim] = start, width
+
+    def total(self, dim: int) -> int:
+        """Returns how many values of dimension `dim` were counted."""
+        return int(self._counts[dim].sum())
+
+    def bins(self, dim: int) -> tuple[np.ndarray, np.ndarray]:
+        """Returns (edges `[K + 1]`, counts `[K]`) of dimension `dim`, empty edge bins left out.
+
+        Both are empty when the dimension has no finite value.
+        """
+        counts = self._counts[dim]
+        used = np.flatnonzero(counts)
+        if not used.size:
+            return np.zeros(0), np.zeros(0, np.int64)
+        first, last = used[0], used[-1] + 1
+        edges = self._start[dim] + np.arange(first, last + 1) * self._width[dim]
+        return edges, counts[first:last].copy()
+
+
+def _find_bins(values: np.ndarray, start: np.ndarray, width: np.ndarray) -> np.ndarray:
+    """Returns the bin index of each value: bins `[start + i width, start + (i + 1) width)`.
+
+    The division can round across a bin edge (a tiny value next to a wide bin); the edges
+    themselves are exact (a power-of-two width, a start that is a multiple of it), so one
+    comparison with them puts each value in its bin.
+    """
+    index = np.floor((values - start) / width)
+    low_edge = start + index * width
+    index -= values < low_edge
+    index += values >= low_edge + width
+    return index.astype(np.int64)
+
+
+@dataclasses.dataclass
+class FieldSummary:
+    """One step field (or episode metadata field), over every step (or episode).
+
+    Attributes:
+      name: The field's path, `.`-separated (`observation.image`).
+      dtype: The dtype's name.
+      shape: The shape of one step's (one episode's) value; None for a dimension (or a
+        rank) the spec leaves open.
+      count: How many values (elements) were seen, NaN included.
+      nan_count: How many of them are NaN.
+      minimum: The smallest value, NaN left out (None for strings, or no value).
+      maximum: The largest value, NaN left out.
+      mean: The mean of the values, NaN left out (booleans count as 0 and 1).
+      samples: String fields: a few distinct values, decoded as UTF-8 (bad bytes replaced).
+      distinct: String fields: how many distinct values (counting stops at
+        `MAX_DISTINCT_COUNTED`; then `distinct_capped`).
+      distinct_capped: Whether counting distinct values stopped.
+    """
+
+    name: str
+    dtype: str
+    shape: tuple | None
+    count: int = 0
+    nan_count: int = 0
+    minimum: float | None = None
+    maximum: float | None = None
+    mean: float | None = None
+    samples: list[str] = dataclasses.field(default_factory=list)
+    distinct: int | None = None
+    distinct_capped: bool = False
+
+    @property
+    def is_string(self) -> bool:
+        """Whether the field holds strings."""
+        return self.dtype == 'string'
+
+
+@dataclasses.dataclass
+class ActionDistribution:
+    """The distribution of one action field, per dimension (the field's elements, flattened).
+
+    Attributes:
+      name: The action field's path (`action`, or `action.arm` in a nested action).
+      dims: A label per dimension (`action`, or `action[0]`, `action[1]`, ...).
+      categories: Per dimension, value -> count, when the actions are integers or booleans
+        with at most `MAX_CATEGORIES` distinct values in every dimension; else None.
+      histograms: Per dimension, (edges, counts) of a `StreamingHistogram` (empty for a
+        dimension with no finite value).
+    """
+
+    name: str
+    dims: list[str]
+    categories: list[dict[Any, int]] | None
+    histograms: list[tuple[np.ndarray, np.ndarray]]
+
+    @property
+    def discrete(self) -> bool:
+        """Whether the distribution is shown as bars of values (else as histograms)."""
+        return self.categories is not None
+
+
+@dataclasses.dataclass
+class FrameSample:
+    """The first and last frame of one episode's image field (uint8 `[H, W, C]`)."""
+
+    field: str
+    episode: int
+    first: np.ndarray
+    last: np.ndarray
+
+
+@dataclasses.dataclass
+class DatasetReport:
+    """What `compute_report` found.
+
+    Attributes:
+      title: The page's title (the source, for the command line).
+      stats: Episodes, steps, endings, lengths and returns: `rlds-reverb info`'s figures.
+      validation: The validation report, as `validate(..., on_invalid='report')` gives it.
+      step_fields: A summary per step field, in the spec's order.
+      metadata_fields: A summary per episode-level field (episode metadata).
+      actions: The distribution of each action field.
+      frames: The first and last frames of the first few episodes, per image field.
+      unreadable: The indices of episodes that did not decode (in `validation`, and left
+        out of every figure).
+    """
+
+    title: str
+    stats: DatasetStats
+    validation: ValidationReport
+    step_fields: list[FieldSummary]
+    metadata_fields: list[FieldSummary]
+    actions: list[ActionDistribution]
+    frames: list[FrameSample]
+    unreadable: list[int] = dataclasses.field(default_factory=list)
+
+
+def _join(path: tuple) -> str:
+    return _SEPARATOR.join(map(str, path))
+
+
+def _flatten(nest: Any) -> dict[str, Any]:
+    return {_join(path): leaf for path, leaf in tree.flatten_with_path(nest)}
+
+
+def _is_image(spec: tf.TensorSpec) -> bool:
+    shape = spec.shape
+    return spec.dtype == tf.uint8 and shape.rank == 3 and shape[-1] in _IMAGE_CHANNELS
+
+
+def _reduce_numeric(values: tf.Tensor) -> dict[str, tf.Tensor]:
+    """Min, max and sum (NaN left out), NaN count and size of one field's values, in float64.
+
+    Integers keep their dtype for the minimum and maximum, and small ones are summed per
+    step in float32 (exact below 2**24 per step): an image episode is never copied whole
+    into float64 (eight times its size).
+    """
+    if values.dtype == tf.bool:
+        values = tf.cast(values, tf.uint8)
+    size = tf.size(values, out_type=tf.int64)
+    inf = tf.constant(np.inf, tf.float64)
+    if values.dtype.is_integer:
+        small = values.dtype.size <= 2
+        per_step = tf.reduce_sum(
+            tf.reshape(
+                tf.cast(values, tf.float32 if small else tf.float64), [tf.shape(values)[0], -1]
+            ),
+            axis=1,
+        )
+        return {
+            # An empty tensor's min and max are the dtype's limits: +-inf, as for floats.
+            'min': tf.where(size > 0, tf.cast(tf.reduce_min(values), tf.float64), inf),
+            'max': tf.where(size > 0, tf.cast(tf.reduce_max(values), tf.float64), -inf),
+            'sum': tf.reduce_sum(tf.cast(per_step, tf.float64)),
+            'nan': tf.constant(0, tf.int64),
+            'size': size,
+        }
+    nan = tf.math.is_nan(values)
+    kept = tf.where(nan, tf.zeros_like(values), values)
+    return {
+        'min': tf.cast(
+            tf.reduce_min(tf.where(nan, tf.cast(inf, values.dtype), values)), tf.float64
+        ),
+        'max': tf.cast(
+            tf.reduce_max(tf.where(nan, tf.cast(-inf, values.dtype), values)), tf.float64
+        ),
+        'sum': tf.reduce_sum(tf.cast(kept, tf.float64)),
+        'nan': tf.reduce_sum(tf.cast(nan, tf.int64)),
+        'size': size,
+    }
+
+
+def _first_and_last(values: tf.Tensor) -> tf.Tensor:
+    """Steps 0 and T - 1 (`[2, ...]`; `[0, ...]` for an empty episode)."""
+    return tf.concat([values[:1], values[-1:]], axis=0)
+
+
+def _distinct_strings(values: tf.Tensor) -> tf.Tensor:
+    return tf.unique(tf.reshape(values, [-1])).y
+
+
+class _Fields:
+    """Which step fields get which reductions, from the step spec."""
+
+    def __init__(self, step_spec: dict):
+        self.specs = _flatten(step_spec)
+        self.strings = [n for n, s in self.specs.items() if s.dtype == tf.string]
+        self.numeric = [n for n in self.specs if n not in self.strings]
+        self.images = [n for n, s in self.specs.items() if _is_image(s)]
+        self.actions = [
+            n
+            for n in _flatten({types.ACTION: step_spec[types.ACTION]})
+            # Histograms need a fixed number of dimensions.
+            if self.specs[n].dtype != tf.string and self.specs[n].shape.is_fully_defined()
+        ]
+
+    def summarize(self, episode: dict) -> dict[str, Any]:
+        """Reduces one episode (whole `[T, ...]` step tensors) to what the report needs."""
+        steps = episode[types.STEPS]
+        flat = _flatten(steps)
+        length = episodes_lib.episode_length(steps)
+        return {
+            'info': stats.summarize_episode(steps),
+            'validation': validation.summarize_episode(steps),
+            'numeric': {n: _reduce_numeric(flat[n]) for n in self.numeric},
+            'actions': {n: tf.reshape(flat[n], [length, -1]) for n in self.actions},
+            'frames': {n: _first_and_last(flat[n]) for n in self.images},
+            'strings': {n: _distinct_strings(flat[n]) for n in self.strings},
+            'metadata': {k: v for k, v in episode.items() if k != types.STEPS},
+        }
+
+
+class _FieldTotals:
+    """Running totals of one field: numeric reductions, or distinct strings and samples."""
+
+    def __init__(self, name: str, dtype: str, shape: tuple, samples: int):
+        self.summary = FieldSummary(name, dtype, shape)
+        self._samples = samples
+        self._sum = 0.0
+        self._seen: set[bytes] = set()
+
+    def add_reduced(self, reduced: dict[str, np.ndarray]) -> None:
+        """Adds one episode's `_reduce_numeric` output."""
+        found = self.summary
+        found.count += int(reduced['size'])
+        found.nan_count += int(reduced['nan'])
+        if int(reduced['size']) > int(reduced['nan']):
+            low, high = float(reduced['min']), float(reduced['max'])
+            found.minimum = low if found.minimum is None else min(found.minimum, low)
+            found.maximum = high if found.maximum is None else max(found.maximum, high)
+            self._sum += float(reduced['sum'])
+
+    def add_values(self, values: np.ndarray) -> None:
+        """Adds values (metadata of one episode), numeric or strings."""
+        if self.summary.is_string:
+            self.add_strings(np.asarray(values, object).reshape(-1))
+            return
+        values = np.asarray(values, np.float64).reshape(-1)
+        nan = np.isnan(values)
+        kept = values[~nan]
+        self.add_reduced(
+            {
+                'size': values.size,
+                'nan': int(nan.sum()),
+                'min': kept.min() if kept.size else np.inf,
+                'max': kept.max() if kept.size else -np.inf,
+                'sum': kept.sum(),
+            }
+        )
+
+    def add_strings(self, distinct: np.ndarray) -> None:
+        """Adds the distinct string values of one episode."""
+        found = self.summary
+        found.count += len(distinct)
+        for value in distinct:
+            value = bytes(value)
+            if value in self._seen:
+                continue
+            if len(self._seen) >= MAX_DISTINCT_COUNTED:
+                found.distinct_capped = True
+                break
+            self._seen.add(value)
+            if len(found.samples) < self._samples:
+                found.samples.append(value.decode('utf-8', errors='replace'))
+
+    def finish(self) -> FieldSummary:
+        found = self.summary
+        if found.is_string:
+            found.distinct = len(self._seen)
+            # Strings' count is of distinct values per episode; it is not shown.
+            found.count = 0
+        elif found.minimum is not None:
+            found.mean = self._sum / (found.count - found.nan_count)
+        return found
+
+
+class _ActionTotals:
+    """Running counts (discrete actions) and streaming histograms of one action field."""
+
+    def __init__(self, name: str, spec: tf.TensorSpec):
+        size = int(np.prod(spec.shape.as_list(), dtype=np.int64))
+        self.name = name
+        self.dims = (
+            [name] if spec.shape.rank == 0 else [f'{name}[{i}]' for i in range(max(size, 1))]
+        )
+        self._discrete = spec.dtype.is_integer or spec.dtype == tf.bool
+        self._categories: list[dict] | None = [{} for _ in self.dims] if self._discrete else None
+        self._histogram = StreamingHistogram(max(size, 1))
+        self._size = size
+
+    def add(self, actions: np.ndarray) -> None:
+        """Adds one episode's actions, `[T, D]`."""
+        if not self._size or not len(actions):
+            return
+        self._histogram.add(actions)
+        if self._categories is None:
+            return
+        for dim, counts in enumerate(self._categories):
+            values, found = np.unique(actions[:, dim], return_counts=True)
+            for value, count in zip(values.tolist(), found.tolist(), strict=True):
+                counts[value] = counts.get(value, 0) + count
+            if len(counts) > MAX_CATEGORIES:
+                self._categories = None
+                return
+
+    def finish(self) -> ActionDistribution:
+        categories = self._categories
+        if categories is not None:
+            categories = [dict(sorted(c.items())) for c in categories]
+        histograms = [self._histogram.bins(d) for d in range(len(self.dims))] if self._size else []
+        return ActionDistribution(self.name, self.dims, categories, histograms)
+
+
+def _iterate_summaries(episodes: tf.data.Dataset, fields: _Fields) -> Iterator[tuple[int, Any]]:
+    per_episode = episodes_lib.to_whole_episodes(episodes).map(
+        episodes_lib.without_autograph(fields.summarize),
+        num_parallel_calls=tf.data.AUTOTUNE,
+        deterministic=True,
+    )
+    return validation.read_episodes(per_episode)
+
+
+def _shape_of(spec: tf.TensorSpec) -> tuple | None:
+    """The per-step shape (None for a dimension the spec leaves open; None for any rank)."""
+    return None if spec.shape.rank is None else tuple(spec.shape.as_list())
+
+
+def compute_report(
+    episodes: tf.data.Dataset,
+    *,
+    title: str = 'RLDS dataset',
+    frame_episodes: int = 4,
+    string_samples: int = 8,
+    progress: types.EpisodeProgressFn | None = None,
+) -> DatasetReport:
+    """Walks an RLDS dataset once and gathers every figure of its report.
+
+    The key figures are `rlds-reverb info`'s (`DatasetStats`); the validation report is
+    what `validate(episodes, on_invalid='report')` returns. An episode that does not decode
+    is a validation problem (rule `readable`) and is left out of the other figures.
+
+    Args:
+      episodes: An RLDS dataset (see `rlds_reverb.core.types`), as `rlds_reverb.load` gives.
+      title: The report's title.
+      frame_episodes: Of how many episodes (the first ones) to keep the first and last frame
+        of each image field (uint8 `[H, W, C]` step fields, C in 1, 3, 4).
+      string_samples: How many distinct values of each string field to keep.
+      progress: Optional `fn(episodes, steps)`, called after each episode (1, its steps).
+
+    Returns:
+      A `DatasetReport`.
+
+    Raises:
+      SourceError: If the dataset holds no RLDS steps.
+      SpecMismatchError: If required step fields are missing, flags are not bool, or
+        rewards and discounts are not numeric.
+      ValueError: If `frame_episodes` or `string_samples` is not an integer >= 0.
+
+    Example:
+      >>> found = compute_report(rlds_reverb.load(path))
+      >>> found.stats.episodes, found.validation.ok
+    """
+    frame_episodes = checks.check_int_at_least(frame_episodes, 0, argument='frame_episodes')
+    string_samples = checks.check_int_at_least(string_samples, 0, argument='string_samples')
+    step_spec = specs.get_step_spec(episodes)
+    checker = validation.EpisodeChecker(step_spec)
+    fields = _Fields(step_spec)
+    step_totals = {
+        name: _FieldTotals(name, spec.dtype.name, _shape_of(spec), string_samples)
+        for name, spec in fields.specs.items()
+    }
+    metadata_specs = _flatten({k: v for k, v in episodes.element_spec.items() if k != types.STEPS})
+    metadata_totals = {
+        name: _FieldTotals(name, spec.dtype.name, _shape_of(spec), string_samples)
+        for name, spec in metadata_specs.items()
+    }
+    actions = {name: _ActionTotals(name, fields.specs[name]) for name in fields.actions}
+    report = ValidationReport()
+    lengths, terminal, finished, returns = [], [], [], []
+    frames: list[FrameSample] = []
+    unreadable = []
+    for index, found in _iterate_summaries(episodes, fields):
+        readable = not isinstance(found, Exception)
+        problems = checker.find_problems(index, found['validation'] if readable else found)
+        # As `validate`'s walk in 'report' mode counts each episode.
+        if problems:
+            report.problems += problems
+            report.invalid += 1
+            report.invalid_episodes.append(index)
+        else:
+            checked = found['validation']
+            report.valid += 1
+            report.steps += int(checked.length)
+            report.terminated += int(checked.terminal)
+            report.truncated += int(not checked.terminal)
+        if not readable:
+            unreadable.append(index)
+            continue
+        info = found['info']
+        lengths.append(int(info['length']))
+        terminal.append(bool(info['terminal']))
+        finished.append(bool(info['finished']))
+        returns.append(float(info['return']))
+        for name, reduced in found['numeric'].items():
+            step_totals[name].add_reduced(reduced)
+        for name, distinct in found['strings'].items():
+            step_totals[name].add_strings(distinct)
+        for name, values in _flatten(found['metadata']).items():
+            metadata_totals[name].add_values(values)
+        for name, values in found['actions'].items():
+            actions[name].add(values)
+        if index < frame_episodes:
+            frames += [
+                FrameSample(name, index, pair[0], pair[-1])
+                for name, pair in found['frames'].items()
+                if len(pair)
+            ]
+        if progress is not None:
+            progress(1, lengths[-1])
+    return DatasetReport(
+        title=title,
+        stats=summary.summarize_episodes(lengths, terminal, finished, returns, step_spec=step_spec),
+        validation=report,
+        step_fields=[totals.finish() for totals in step_totals.values()],
+        metadata_fields=[totals.finish() for totals in metadata_totals.values()],
+        actions=[totals.finish() for totals in actions.values()],
+        frames=sorted(frames, key=lambda f: (f.field, f.episode)),
+        unreadable=unreadable,
+    )
