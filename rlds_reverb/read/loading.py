@@ -14,7 +14,8 @@ Sources, in the order they are tried:
 * a path to a D4RL HDF5 file (`.hdf5`, `.h5`): D4RL's key layout read as TFDS' d4rl
   builder makes episodes of it (`rlds_reverb.read.d4rl`, docs/d4rl.md);
 * a Minari dataset directory (`<name>-v<N>/` or its `data/`, holding Minari's
-  `metadata.json`; HDF5 or Arrow files): read by `rlds_reverb.read.minari` (docs/minari.md);
+  `metadata.json`, or the `main_data.hdf5` beside it; HDF5 or Arrow files): read by
+  `rlds_reverb.read.minari` (docs/minari.md);
 * a TFDS dataset name (`'name'`, `'name/config'`, `'name:1.0.0'`) found in `data_dir`
   (or in TFDS' default data directory); nothing is ever downloaded (a community namespace
   such as `'huggingface:name'`, which TFDS fetches, is refused).
@@ -168,6 +169,8 @@ def load(
             f"check_files={check_files!r} is not valid; expected True, False or 'full'."
         )
     paths = _parse_step_fields(step_fields)
+    if minari.find_data_directory(source):  # A Minari dataset (rlds_reverb.read.minari).
+        return _load_minari(source, split=split, paths=paths)
     if d4rl.is_d4rl_path(source):  # A D4RL HDF5 file (rlds_reverb.read.d4rl).
         return d4rl.load_d4rl(
             source,
@@ -179,8 +182,6 @@ def load(
     if isinstance(source, tf.data.Dataset):
         where = 'the given tf.data.Dataset'
         return _check_episodes(_select_in_steps(source, paths, where=where), where=where)
-    if isinstance(source, str | os.PathLike) and minari.find_data_directory(source):
-        return _load_minari(source, split=split, paths=paths)
     builder, where = _open_builder(source, data_dir=data_dir)
     _check_rlds_features(builder, where=where)
     split_names = _check_split(builder, split, where=where)

@@ -218,19 +218,23 @@ def _is_minari_metadata(file: pathlib.Path) -> bool:
     return not isinstance(content, dict) or bool(_MINARI_KEYS & content.keys())
 
 
-def find_data_directory(path: str | os.PathLike) -> pathlib.Path | None:
+def find_data_directory(path: Any) -> pathlib.Path | None:
     """Returns the Minari data directory at `path` (or its `data/`), or None if not Minari's.
 
     Args:
-      path: A Minari dataset directory (`<name>-v<N>/`, holding `data/metadata.json`) or its
-        `data/` directory (holding `metadata.json`).
+      path: A Minari dataset directory (`<name>-v<N>/`, holding `data/metadata.json`), its
+        `data/` directory (holding `metadata.json`), or the `main_data.hdf5` file in it.
 
     Returns:
       The directory holding Minari's metadata.json (or Minari's data files, when
       metadata.json is missing), or None when `path` is no such directory (a TFDS dataset
       directory, a file, a path that does not exist).
     """
+    if not isinstance(path, str | os.PathLike):
+        return None
     path = pathlib.Path(path).expanduser()
+    if path.name == _HDF5_FILE and path.is_file() and (path.parent / METADATA).is_file():
+        return path.parent.absolute()  # Minari's HDF5 file itself (not D4RL's layout).
     if not path.is_dir() or (path / _TFDS_INFO).exists():
         return None
     for directory in (path, path / _DATA):

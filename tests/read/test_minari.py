@@ -109,9 +109,12 @@ def test_both_endings_and_a_one_step_episode_are_in_the_fixtures():
         assert any(e['truncations'][-1] and not e['terminations'][-1] for e in episodes)
 
 
-@pytest.mark.parametrize('name', ['image-hdf5', 'tuple-arrow'])
-def test_the_data_directory_reads_the_same(name):
-    whole, data = load(_directory(name)), load(_directory(name) / 'data')
+@pytest.mark.parametrize(
+    ('name', 'inner'),
+    [('image-hdf5', 'data'), ('image-hdf5', 'data/main_data.hdf5'), ('tuple-arrow', 'data')],
+)
+def test_the_data_directory_reads_the_same(name, inner):
+    whole, data = load(_directory(name)), load(str(_directory(name) / inner))
     assert whole.element_spec == data.element_spec
     for a, b in zip(_read(whole), _read(data), strict=True):
         tree.map_structure(np.testing.assert_array_equal, a, b)
