@@ -15,6 +15,7 @@ __all__ = [
     'EpisodeTooLongError',
     'ExportError',
     'InvalidEpisodeError',
+    'MinariFormatError',
     'PushError',
     'ResumeError',
     'ReverbConnectionError',
@@ -42,6 +43,11 @@ class SourceNotFoundError(SourceError, FileNotFoundError):
 
 class D4rlFileError(SourceError):
     """A D4RL HDF5 file cannot be read as episodes: a key missing, no rows, uneven lengths."""
+
+
+class MinariFormatError(SourceError):
+    """A Minari dataset's file is missing, empty or malformed; the message names the file and
+    the key (or episode) that is wrong."""
 
 
 class SpecMismatchError(RldsReverbError, ValueError):

@@ -13,6 +13,9 @@ Sources, in the order they are tried:
   is used when there are several);
 * a path to a D4RL HDF5 file (`.hdf5`, `.h5`): D4RL's key layout read as TFDS' d4rl
   builder makes episodes of it (`rlds_reverb.read.d4rl`, docs/d4rl.md);
+* a Minari dataset directory (`<name>-v<N>/` or its `data/`, holding Minari's
+  `metadata.json`, or the `main_data.hdf5` beside it; HDF5 or Arrow files): read by
+  `rlds_reverb.read.minari` (docs/minari.md);
 * a TFDS dataset name (`'name'`, `'name/config'`, `'name:1.0.0'`) found in `data_dir`
   (or in TFDS' default data directory); nothing is ever downloaded (a community namespace
   such as `'huggingface:name'`, which TFDS fetches, is refused).
@@ -77,7 +80,7 @@ from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import sources, types
 from rlds_reverb.core.errors import SourceError, SourceNotFoundError, SpecMismatchError
 from rlds_reverb.core.specs import get_step_spec
-from rlds_reverb.read import d4rl, records
+from rlds_reverb.read import d4rl, minari, records
 from rlds_reverb.storage import tfds_writer
 
 __all__ = [
@@ -121,8 +124,8 @@ def load(
 
     Args:
       source: A `tf.data.Dataset` of RLDS episodes, a TFDS dataset directory (or the parent
-        of its version directories), a D4RL HDF5 file, or a TFDS dataset name found in
-        `data_dir`.
+        of its version directories), a D4RL HDF5 file, a Minari dataset directory, or a
+        TFDS dataset name found in `data_dir`.
       split: The TFDS split, with TFDS' slicing syntax (`'train[:10%]'`); ignored for a
         `tf.data.Dataset`.
       data_dir: Where to look up a TFDS dataset name; TFDS' default when None.
@@ -152,6 +155,8 @@ def load(
       SpecMismatchError: If a required step field other than `discount` is missing.
         A step feature the whole-episode reader cannot decode is named in a `SourceError`.
       SpecMismatchError: If `step_fields` names a field the steps do not have.
+      MinariFormatError: If a Minari dataset's metadata.json or data files are empty,
+        malformed or incomplete (the message names the file and key); a `SourceError`.
       TypeError: If `source` is neither a dataset, a path nor a string.
       ValueError: If `check_files` is not True, False or 'full'.
 
@@ -164,6 +169,8 @@ def load(
             f"check_files={check_files!r} is not valid; expected True, False or 'full'."
         )
     paths = _parse_step_fields(step_fields)
+    if minari.find_data_directory(source):  # A Minari dataset (rlds_reverb.read.minari).
+        return _load_minari(source, split=split, paths=paths)
     if d4rl.is_d4rl_path(source):  # A D4RL HDF5 file (rlds_reverb.read.d4rl).
         return d4rl.load_d4rl(
             source,
@@ -199,6 +206,22 @@ def load(
     except (ValueError, KeyError, AssertionError, tf.errors.OpError) as e:
         raise SourceError(f'Could not read split {split!r} of {where}: {e}') from e
     return _check_episodes(_select_in_steps(episodes, paths, where=where), where=where)
+
+
+def _load_minari(
+    source: str | os.PathLike, *, split: str, paths: list[tuple[str, ...]] | None
+) -> tf.data.Dataset:
+    """Returns a Minari dataset's episodes (`rlds_reverb.read.minari`)."""
+    where = f'the Minari dataset at {minari.find_data_directory(source)}'
+    if split != 'train':
+        raise SourceError(
+            f'{where} has no splits (split={split!r}); read part of it with .take, .skip or '
+            '.shard of what load returns.'
+        )
+    select = None if paths is None else (lambda s: select_step_fields(s, paths, where=where))
+    episodes = minari.open_minari(source, select_steps=select)
+    _check_step_spec(episodes, where=where)
+    return episodes
 
 
 def _parse_step_fields(step_fields: Sequence[str] | None) -> list[tuple[str, ...]] | None:
