@@ -7,12 +7,17 @@ own writer); the copy is checked with `rlds-reverb validate` and read back with 
 
 from __future__ import annotations
 
+import json
+import pathlib
 import shutil
 
+import numpy as np
 import pytest
 import tensorflow_datasets as tfds
+import tree
 
 from rlds_reverb.cli import app
+from rlds_reverb.read.loading import load
 from tests import users_data
 from tests.rlds_copies import assert_same_episodes, read_both_ways
 
@@ -112,3 +117,33 @@ def test_convert_as_a_program_shows_progress_and_no_library_noise(cartpole_dir, 
     assert 'episodes=12' in stderr
     assert 'tensorflow' not in stderr.lower() and 'Gym' not in stderr
     assert (out / 'dataset_info.json').is_file()
+
+
+_MINARI = pathlib.Path(__file__).resolve().parents[1] / 'fixtures' / 'minari'
+
+
+@pytest.mark.parametrize('name', ['image-hdf5', 'image-arrow'])
+def test_convert_writes_a_minari_dataset_as_rlds(name, tmp_path, run_cli):
+    # Files written by minari 0.5.4 itself (tests/fixtures/minari): the copy holds the same
+    # episodes (JPEG frames decoded to uint8; float64 at float32 precision, as TFDS stores it).
+    dataset_id = json.loads((_MINARI / 'expected.json').read_text())[name]['dataset_id']
+    source = _MINARI / 'datasets' / dataset_id
+    out = tmp_path / 'copy' / '1.0.0'
+    code, stdout, stderr = run_cli('convert', source, out)
+    assert code == app.EXIT_OK, stderr
+    assert stdout.startswith('Converted 6 episodes (')
+    assert 'episodes=6' in stderr
+    want = users_data.read_numpy(load(source))
+    for got in read_both_ways(out):
+        assert len(got) == len(want)
+        for a, b in zip(got, want, strict=True):
+            tree.map_structure(_assert_stored_equal, a, b)
+    assert run_cli('validate', out)[0] == app.EXIT_OK
+
+
+def _assert_stored_equal(got: np.ndarray, want: np.ndarray) -> None:
+    assert (got.dtype, got.shape) == (want.dtype, want.shape)
+    if want.dtype == np.float64:
+        np.testing.assert_allclose(got, want, rtol=1e-6)
+    else:
+        np.testing.assert_array_equal(got, want)
