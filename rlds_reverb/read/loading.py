@@ -548,7 +548,8 @@ def find_dataset_directory(path: str | os.PathLike) -> pathlib.Path:
     if not path.is_dir():
         raise SourceError(
             f'{path} is a file; expected a TFDS dataset directory holding {_DATASET_INFO} '
-            f'and {_FEATURES} (for example {path.parent}).'
+            f'and {_FEATURES} (for example {path.parent}), a Minari dataset directory holding '
+            f'data/metadata.json, or a D4RL .hdf5 file.'
         )
     if (path / _DATASET_INFO).is_file():
         return path
