@@ -26,9 +26,10 @@ def assert_same_episodes(expected: list[dict], actual: list[dict]) -> None:
         want_flat, got_flat = tree.flatten_with_path(want), dict(tree.flatten_with_path(got))
         assert sorted(got_flat) == sorted(p for p, _ in want_flat), index
         for path, value in want_flat:
-            assert got_flat[path].dtype == value.dtype, (index, path)
-            assert got_flat[path].shape == value.shape, (index, path)
-            np.testing.assert_array_equal(got_flat[path], value, err_msg=f'{index} {path}')
+            got_value, value = np.asarray(got_flat[path]), np.asarray(value)
+            assert got_value.dtype == value.dtype, (index, path, got_value.dtype, value.dtype)
+            assert got_value.shape == value.shape, (index, path)
+            np.testing.assert_array_equal(got_value, value, err_msg=f'episode {index}, {path}')
 
 
 def read_both_ways(directory: pathlib.Path) -> tuple[list[dict], list[dict]]:

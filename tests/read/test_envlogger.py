@@ -49,6 +49,7 @@ from tests import envlogger_env as env_lib  # noqa: E402
 from tests import item_references as refs  # noqa: E402
 from tests import reverb_tables, users_data  # noqa: E402
 from tests.adders.test_adders_properties import reference_gae, reference_n_step  # noqa: E402
+from tests.rlds_copies import assert_same_episodes  # noqa: E402
 
 EPISODES_PER_FILE = 3
 KINDS = {
@@ -92,19 +93,6 @@ def recording(produced) -> tuple[pathlib.Path, list[dict]]:
     return produced[0], as_stored(produced[1])
 
 
-def _assert_same_episodes(actual: list[dict], expected: list[dict]) -> None:
-    """Same episodes in the same order: every field, dtype and value (images exactly)."""
-    assert len(actual) == len(expected)
-    for index, (got, want) in enumerate(zip(actual, expected, strict=True)):
-        flat_got = dict(tree.flatten_with_path(got))
-        flat_want = dict(tree.flatten_with_path(want))
-        assert sorted(flat_got) == sorted(flat_want), index
-        for path, value in flat_want.items():
-            a, e = np.asarray(flat_got[path]), np.asarray(value)
-            assert a.dtype == e.dtype, (index, path, a.dtype, e.dtype)
-            np.testing.assert_array_equal(a, e, err_msg=f'episode {index}, {path}')
-
-
 def _ends(episode: dict) -> bool:
     return bool(episode[types.STEPS][types.IS_TERMINAL][-1])
 
@@ -138,7 +126,7 @@ def test_load_reads_the_episodes_the_environment_produced(recording):
     directory, expected = recording
     episodes = load(directory)
     assert records.find_record_source(episodes) is not None  # The fast record path.
-    _assert_same_episodes(users_data.read_numpy(episodes), expected)
+    assert_same_episodes(users_data.read_numpy(episodes), expected)
 
 
 def test_float64_rewards_come_back_float64_with_float32_values(produced):
@@ -169,9 +157,9 @@ def test_every_read_path_gives_the_same_episodes(recording, options):
     directory, expected = recording
     episodes = load(directory, **options)
     assert records.find_record_source(episodes) is None
-    _assert_same_episodes(users_data.read_numpy(episodes), expected)
+    assert_same_episodes(users_data.read_numpy(episodes), expected)
     # And what TFDS itself reads.
-    _assert_same_episodes(users_data.read_with_tfds(directory), expected)
+    assert_same_episodes(users_data.read_with_tfds(directory), expected)
 
 
 def test_step_fields_select_envlogger_metadata(recording):
@@ -364,7 +352,7 @@ def test_load_warns_of_an_unlisted_shard_and_reads_the_listed_ones(unlisted):
     assert 'only the 9 episode(s) of the listed shards are' in message
     assert 'maybe_recover_last_shard' in message and 'docs/envlogger.md' in message
     assert caught[0].filename == __file__  # Points at the caller of load.
-    _assert_same_episodes(users_data.read_numpy(episodes), expected[:9])
+    assert_same_episodes(users_data.read_numpy(episodes), expected[:9])
 
 
 def test_load_counts_a_cut_last_record_of_an_unlisted_shard(unlisted):
@@ -395,7 +383,7 @@ def test_recovery_lists_the_unlisted_shard_and_load_reads_it_all(unlisted):
     with warnings.catch_warnings():
         warnings.simplefilter('error')  # Nothing unlisted any more.
         episodes = load(directory, check_files='full')
-    _assert_same_episodes(users_data.read_numpy(episodes), expected)
+    assert_same_episodes(users_data.read_numpy(episodes), expected)
 
 
 # --- A real recording, killed mid-episode --------------------------------------------------------
@@ -461,7 +449,7 @@ def test_killed_recording_loads_its_finished_shards_and_names_what_is_lost(kille
     assert f'{env_lib.NAME}-train.tfrecord-00001 also exists, unlisted' in message
     assert '1 complete episode(s) and an incomplete last record' in message
     assert f'only the {_PER_FILE} episode(s) of the listed shards are' in message
-    _assert_same_episodes(users_data.read_numpy(episodes), killed['expected'][:_PER_FILE])
+    assert_same_episodes(users_data.read_numpy(episodes), killed['expected'][:_PER_FILE])
     assert rlds_reverb.validate(episodes, on_invalid='report').ok
 
 
@@ -482,7 +470,7 @@ def test_recovered_killed_recording_loads_every_finished_episode(killed, tmp_pat
         warnings.simplefilter('error')
         episodes = load(directory, check_files='full')
     # Episodes 0-4: episode 5's record was cut, episode 6 never reached the writer.
-    _assert_same_episodes(users_data.read_numpy(episodes), killed['expected'][: _PER_FILE + 1])
+    assert_same_episodes(users_data.read_numpy(episodes), killed['expected'][: _PER_FILE + 1])
     assert rlds_reverb.validate(load(directory), on_invalid='report').ok
 
 
@@ -494,7 +482,7 @@ def test_killed_before_a_shard_finished_is_a_clear_error_until_recovered(killed,
     recover(directory)
     # Episode 0 (episode 1, handed to the writer at episode 2's start, was still buffered).
     got = users_data.read_numpy(load(directory))
-    _assert_same_episodes(got, killed['expected'][: len(got)])
+    assert_same_episodes(got, killed['expected'][: len(got)])
     assert len(got) >= 1
 
 
@@ -507,4 +495,4 @@ def test_reopening_envlogger_on_a_killed_recording_overwrites_it(killed, tmp_pat
     # The killed recording's shard 1 is left behind, unlisted, and named.
     with pytest.warns(UserWarning, match='tfrecord-00001 also exists, unlisted'):
         episodes = load(directory)
-    _assert_same_episodes(users_data.read_numpy(episodes), expected)
+    assert_same_episodes(users_data.read_numpy(episodes), expected)
