@@ -9,7 +9,10 @@ with `writers.push(item=items.TwoStep())` from synthetic RLDS episodes, in this 
   defaults, which also returns the sample info and the importance weights.
 
 The two are alternated over `--rounds` rounds (the order flips every round, so that a
-change in the machine's load hits both alike); each round prints both rates, the ratio,
+change in the machine's load hits both alike). An untimed pipeline of each side first pays
+the one-time start; then every round builds each side's dataset anew and times its set-up
+(dataset, iterator, first batch), warms it up for 20 batches and times the rest. Each round
+prints both rates, the ratio, both set-ups,
 and the CPU time per sample of each (process CPU time over the timed interval: on a shared
 machine the rates follow the CPU each pipeline gets, the CPU time per sample much less).
 Then one logical table over 1 and 2 in-process servers (the same 20,000 items split
@@ -25,6 +28,7 @@ import os
 import pathlib
 import sys
 import time
+from collections.abc import Callable
 
 # Run as `python benchmarks/sample.py`: put the repository root in place of this directory
 # on the path, so that `import adders` (used by rlds_reverb) finds the package, not
@@ -74,10 +78,19 @@ def seed_table() -> tuple[reverb.Server, tf.TensorSpec]:
     return server, data_spec
 
 
-def measure(dataset: tf.data.Dataset, *, batches: int, warmup: int = 20) -> tuple[float, float]:
-    """Returns (samples/s, CPU µs per sample) over `batches` batches after a warm-up."""
-    iterator = iter(dataset)
-    for _ in range(warmup):
+def measure(
+    make_dataset: Callable[[], tf.data.Dataset], *, batches: int, warmup: int = 20
+) -> tuple[float, float, float]:
+    """Returns (samples/s, CPU µs per sample, set-up s) over `batches` batches.
+
+    The set-up (building the dataset, its iterator and the first batch) is timed apart;
+    the rate is taken after a warm-up of `warmup` batches, the same for both sides.
+    """
+    started = time.perf_counter()
+    iterator = iter(make_dataset())
+    next(iterator)
+    setup = time.perf_counter() - started
+    for _ in range(warmup - 1):
         next(iterator)
     cpu_started, started = os.times(), time.perf_counter()
     for _ in range(batches):
@@ -86,7 +99,7 @@ def measure(dataset: tf.data.Dataset, *, batches: int, warmup: int = 20) -> tupl
     cpu_ended = os.times()
     cpu = (cpu_ended.user - cpu_started.user) + (cpu_ended.system - cpu_started.system)
     samples = batches * BATCH_SIZE
-    return samples / seconds, 1e6 * cpu / samples
+    return samples / seconds, 1e6 * cpu / samples, setup
 
 
 def make_tf_agents_dataset(server: reverb.Server, data_spec) -> tf.data.Dataset:
@@ -152,21 +165,28 @@ def main(argv=None) -> int:
     server, data_spec = seed_table()
     address = f'localhost:{server.port}'
     print(f'table: prioritized, {NUM_ITEMS:,} two-step items, obs float32[17], act float32[6]')
-    anchor = make_tf_agents_dataset(server, data_spec)
-    ours = make_our_dataset(address, data_spec)
+    # An untimed first pipeline of each side pays TensorFlow's and Reverb's one-time start,
+    # so that the first round's set-up compares like with like.
+    for make in (make_tf_agents_dataset(server, data_spec), make_our_dataset(address, data_spec)):
+        next(iter(make))
     ratios, cpu_ratios = [], []
     for round_ in range(1, args.rounds + 1):
-        order = [('anchor', anchor, args.anchor_batches), ('ours', ours, args.batches)]
+        # Each side builds its dataset anew every round (set-up timed, then a warm-up).
+        order = [
+            ('anchor', lambda: make_tf_agents_dataset(server, data_spec), args.anchor_batches),
+            ('ours', lambda: make_our_dataset(address, data_spec), args.batches),
+        ]
         results = {}
-        for name, dataset, batches in order if round_ % 2 else order[::-1]:
-            results[name] = measure(dataset, batches=batches)
-        (a_rate, a_cpu), (o_rate, o_cpu) = results['anchor'], results['ours']
+        for name, make_dataset, batches in order if round_ % 2 else order[::-1]:
+            results[name] = measure(make_dataset, batches=batches)
+        (a_rate, a_cpu, a_setup), (o_rate, o_cpu, o_setup) = results['anchor'], results['ours']
         ratios.append(o_rate / a_rate)
         cpu_ratios.append(a_cpu / o_cpu)
         print(
-            f'round {round_}: TF-Agents {a_rate:>8,.0f} samples/s ({a_cpu:5.1f} µs CPU/sample)'
-            f'   ours {o_rate:>8,.0f} ({o_cpu:5.1f} µs)   {ratios[-1]:.2f}x'
-            f' (CPU time {cpu_ratios[-1]:.2f}x)',
+            f'round {round_}: TF-Agents {a_rate:>8,.0f} samples/s ({a_cpu:5.1f} µs CPU/sample,'
+            f' set-up {a_setup:.2f} s)   ours {o_rate:>8,.0f} ({o_cpu:5.1f} µs, set-up'
+            f' {o_setup:.2f} s)   {ratios[-1]:.2f}x (CPU time {cpu_ratios[-1]:.2f}x)'
+            f'   load average {os.getloadavg()[0]:.1f}',
             flush=True,
         )
     print(summarize('samples/s ratio', ratios))
@@ -174,11 +194,12 @@ def main(argv=None) -> int:
 
     split = seed_split_servers(2)
     split_addresses = [f'localhost:{s.port}' for s in split]
-    one = make_our_dataset(address, data_spec)
-    two = make_our_dataset(split_addresses, data_spec)
     scaling = []
     for round_ in range(1, args.rounds + 1):
-        order = [('1 server', one), ('2 servers', two)]
+        order = [
+            ('1 server', lambda: make_our_dataset(address, data_spec)),
+            ('2 servers', lambda: make_our_dataset(split_addresses, data_spec)),
+        ]
         results = {}
         for name, dataset in order if round_ % 2 else order[::-1]:
             results[name] = measure(dataset, batches=args.batches)
