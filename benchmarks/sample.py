@@ -11,8 +11,9 @@ with `writers.push(item=items.TwoStep())` from synthetic RLDS episodes, in this 
 The two are alternated over `--rounds` rounds (the order flips every round, so that a
 change in the machine's load hits both alike). An untimed pipeline of each side first pays
 the one-time start; then every round builds each side's dataset anew and times its set-up
-(dataset, iterator, first batch), warms it up for 20 batches and times the rest. Each round
-prints both rates, the ratio, both set-ups,
+(dataset, iterator, first batch) and warms it up for 20 batches; the two then take turns,
+4 slices each, timing their batches (a change of the host's load during a round falls on
+both). Each round prints both rates, the ratio, both set-ups,
 and the CPU time per sample of each (process CPU time over the timed interval: on a shared
 machine the rates follow the CPU each pipeline gets, the CPU time per sample much less).
 Then one logical table over 1 and 2 in-process servers (the same 20,000 items split
@@ -52,6 +53,8 @@ TABLE = 'prioritized'
 NUM_ITEMS = 20_000
 BATCH_SIZE = 256
 _EPISODE_LENGTH = 1001  # 1,000 two-step items per episode.
+# Turns each side takes in a round (its timed batches cut into as many slices).
+_SLICES = 4
 
 
 def seed_table() -> tuple[reverb.Server, tf.TensorSpec]:
@@ -78,28 +81,59 @@ def seed_table() -> tuple[reverb.Server, tf.TensorSpec]:
     return server, data_spec
 
 
-def measure(
-    make_dataset: Callable[[], tf.data.Dataset], *, batches: int, warmup: int = 20
-) -> tuple[float, float, float]:
-    """Returns (samples/s, CPU µs per sample, set-up s) over `batches` batches.
+class _Timed:
+    """One side's iterator in a round: its set-up, then time and CPU summed over slices."""
 
-    The set-up (building the dataset, its iterator and the first batch) is timed apart;
-    the rate is taken after a warm-up of `warmup` batches, the same for both sides.
+    def __init__(self, make_dataset: Callable[[], tf.data.Dataset], *, warmup: int):
+        started = time.perf_counter()
+        self._iterator = iter(make_dataset())
+        next(self._iterator)
+        self.setup_s = time.perf_counter() - started
+        for _ in range(warmup - 1):
+            next(self._iterator)
+        self.seconds = self.cpu_s = 0.0
+        self.samples = 0
+
+    def run(self, batches: int) -> None:
+        """Times `batches` more batches (wall and process CPU time)."""
+        cpu_started, started = os.times(), time.perf_counter()
+        for _ in range(batches):
+            next(self._iterator)
+        self.seconds += time.perf_counter() - started
+        cpu_ended = os.times()
+        self.cpu_s += (cpu_ended.user - cpu_started.user) + (cpu_ended.system - cpu_started.system)
+        self.samples += batches * BATCH_SIZE
+
+    @property
+    def rate(self) -> float:
+        return self.samples / self.seconds
+
+    @property
+    def cpu_us(self) -> float:
+        return 1e6 * self.cpu_s / self.samples
+
+
+def measure_pair(
+    sides: dict[str, tuple[Callable[[], tf.data.Dataset], int]],
+    *,
+    reverse: bool,
+    slices: int = _SLICES,
+    warmup: int = 20,
+) -> dict[str, _Timed]:
+    """Measures the sides of one round, their timed batches cut into alternating slices.
+
+    Each side builds its dataset (set-up timed: dataset, iterator, first batch) and warms up
+    for `warmup` batches; then the sides take turns, `slices` times, each timing its
+    `batches / slices` next batches. A change in the machine's load during the round so
+    falls on both sides alike (on a shared host it otherwise lands on whichever side runs
+    then).
     """
-    started = time.perf_counter()
-    iterator = iter(make_dataset())
-    next(iterator)
-    setup = time.perf_counter() - started
-    for _ in range(warmup - 1):
-        next(iterator)
-    cpu_started, started = os.times(), time.perf_counter()
-    for _ in range(batches):
-        next(iterator)
-    seconds = time.perf_counter() - started
-    cpu_ended = os.times()
-    cpu = (cpu_ended.user - cpu_started.user) + (cpu_ended.system - cpu_started.system)
-    samples = batches * BATCH_SIZE
-    return samples / seconds, 1e6 * cpu / samples, setup
+    names = list(sides)[::-1] if reverse else list(sides)
+    timed = {name: _Timed(sides[name][0], warmup=warmup) for name in names}
+    for _ in range(slices):
+        for name in names:
+            timed[name].run(sides[name][1] // slices)
+    return timed
 
 
 def make_tf_agents_dataset(server: reverb.Server, data_spec) -> tf.data.Dataset:
@@ -172,21 +206,21 @@ def main(argv=None) -> int:
     ratios, cpu_ratios = [], []
     for round_ in range(1, args.rounds + 1):
         # Each side builds its dataset anew every round (set-up timed, then a warm-up).
-        order = [
-            ('anchor', lambda: make_tf_agents_dataset(server, data_spec), args.anchor_batches),
-            ('ours', lambda: make_our_dataset(address, data_spec), args.batches),
-        ]
-        results = {}
-        for name, make_dataset, batches in order if round_ % 2 else order[::-1]:
-            results[name] = measure(make_dataset, batches=batches)
-        (a_rate, a_cpu, a_setup), (o_rate, o_cpu, o_setup) = results['anchor'], results['ours']
-        ratios.append(o_rate / a_rate)
-        cpu_ratios.append(a_cpu / o_cpu)
+        results = measure_pair(
+            {
+                'anchor': (lambda: make_tf_agents_dataset(server, data_spec), args.anchor_batches),
+                'ours': (lambda: make_our_dataset(address, data_spec), args.batches),
+            },
+            reverse=not round_ % 2,
+        )
+        anchor, ours = results['anchor'], results['ours']
+        ratios.append(ours.rate / anchor.rate)
+        cpu_ratios.append(anchor.cpu_us / ours.cpu_us)
         print(
-            f'round {round_}: TF-Agents {a_rate:>8,.0f} samples/s ({a_cpu:5.1f} µs CPU/sample,'
-            f' set-up {a_setup:.2f} s)   ours {o_rate:>8,.0f} ({o_cpu:5.1f} µs, set-up'
-            f' {o_setup:.2f} s)   {ratios[-1]:.2f}x (CPU time {cpu_ratios[-1]:.2f}x)'
-            f'   load average {os.getloadavg()[0]:.1f}',
+            f'round {round_}: TF-Agents {anchor.rate:>8,.0f} samples/s ({anchor.cpu_us:5.1f} µs'
+            f' CPU/sample, set-up {anchor.setup_s:.2f} s)   ours {ours.rate:>8,.0f}'
+            f' ({ours.cpu_us:5.1f} µs, set-up {ours.setup_s:.2f} s)   {ratios[-1]:.2f}x'
+            f' (CPU time {cpu_ratios[-1]:.2f}x)   load average {os.getloadavg()[0]:.1f}',
             flush=True,
         )
     print(summarize('samples/s ratio', ratios))
@@ -196,17 +230,18 @@ def main(argv=None) -> int:
     split_addresses = [f'localhost:{s.port}' for s in split]
     scaling = []
     for round_ in range(1, args.rounds + 1):
-        order = [
-            ('1 server', lambda: make_our_dataset(address, data_spec)),
-            ('2 servers', lambda: make_our_dataset(split_addresses, data_spec)),
-        ]
-        results = {}
-        for name, dataset in order if round_ % 2 else order[::-1]:
-            results[name] = measure(dataset, batches=args.batches)
-        scaling.append(results['2 servers'][0] / results['1 server'][0])
+        results = measure_pair(
+            {
+                '1 server': (lambda: make_our_dataset(address, data_spec), args.batches),
+                '2 servers': (lambda: make_our_dataset(split_addresses, data_spec), args.batches),
+            },
+            reverse=not round_ % 2,
+        )
+        one, two = results['1 server'].rate, results['2 servers'].rate
+        scaling.append(two / one)
         print(
-            f'round {round_}: 1 server {results["1 server"][0]:>8,.0f} samples/s   '
-            f'2 servers {results["2 servers"][0]:>8,.0f}   {scaling[-1]:.2f}x',
+            f'round {round_}: 1 server {one:>8,.0f} samples/s   2 servers {two:>8,.0f}'
+            f'   {scaling[-1]:.2f}x',
             flush=True,
         )
     print(summarize('2 servers / 1 server', scaling))
