@@ -10,6 +10,7 @@ adders return) is an RLDS dataset that carries the source of its episodes
 from __future__ import annotations
 
 from collections.abc import Callable
+
 import tensorflow as tf
 
 from rlds_reverb.core import sources, types
@@ -79,8 +80,10 @@ def _to_rlds(whole: tf.data.Dataset) -> tf.data.Dataset:
 
 def _rlds_element_spec(whole_spec: dict) -> dict:
     """Returns the element spec `_to_rlds` gives whole episodes of `whole_spec`, untraced."""
+    # As `from_tensor_slices` derives it: each component's spec without the time axis.
     step_spec = tf.nest.map_structure(
-        lambda spec: tf.TensorSpec(spec.shape[1:], spec.dtype), whole_spec[types.STEPS]
+        lambda spec: spec._unbatch(),  # noqa: SLF001
+        whole_spec[types.STEPS],
     )
     return {**whole_spec, types.STEPS: tf.data.DatasetSpec(step_spec)}
 
