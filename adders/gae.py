@@ -114,16 +114,16 @@ def gae(
                 f"value_field='{types.VALUE}' to use it."
             )
         _episode.warn_if_no_discount(spec, transform='gae')
-        get_values = value_fn if value_fn is not None else (lambda _: None)
-        # AutoGraph (for the user's value_fn) skips our own maths, which it need not rewrite.
-        compute = episodes.without_autograph(compute_gae_fields)
+        # AutoGraph converts the user's value_fn alone (it may hold Python control flow on
+        # tensors), traced as a function of its own; the map around it, our own maths, is
+        # traced as written (converting it too cost most of the value_fn's set-up).
+        get_values = tf.function(value_fn) if value_fn is not None else (lambda _: None)
         return _episode.map_episodes(
             dataset,
-            lambda steps, bounds: compute(
+            lambda steps, bounds: compute_gae_fields(
                 steps, bounds, gamma, lambda_, get_values(steps[types.OBSERVATION]), value_field
             ),
             episodes_per_call=episodes_per_call,
-            autograph=value_fn is not None,
         )
 
     return _transform

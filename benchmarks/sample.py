@@ -9,7 +9,11 @@ with `writers.push(item=items.TwoStep())` from synthetic RLDS episodes, in this 
   defaults, which also returns the sample info and the importance weights.
 
 The two are alternated over `--rounds` rounds (the order flips every round, so that a
-change in the machine's load hits both alike); each round prints both rates, the ratio,
+change in the machine's load hits both alike). An untimed pipeline of each side first pays
+the one-time start; then every round builds each side's dataset anew and times its set-up
+(dataset, iterator, first batch) and warms it up for 20 batches; the two then take turns,
+4 slices each, timing their batches (a change of the host's load during a round falls on
+both). Each round prints both rates, the ratio, both set-ups,
 and the CPU time per sample of each (process CPU time over the timed interval: on a shared
 machine the rates follow the CPU each pipeline gets, the CPU time per sample much less).
 Then one logical table over 1 and 2 in-process servers (the same 20,000 items split
@@ -25,6 +29,7 @@ import os
 import pathlib
 import sys
 import time
+from collections.abc import Callable
 
 # Run as `python benchmarks/sample.py`: put the repository root in place of this directory
 # on the path, so that `import adders` (used by rlds_reverb) finds the package, not
@@ -48,6 +53,8 @@ TABLE = 'prioritized'
 NUM_ITEMS = 20_000
 BATCH_SIZE = 256
 _EPISODE_LENGTH = 1001  # 1,000 two-step items per episode.
+# Turns each side takes in a round (its timed batches cut into as many slices).
+_SLICES = 4
 
 
 def seed_table() -> tuple[reverb.Server, tf.TensorSpec]:
@@ -74,19 +81,59 @@ def seed_table() -> tuple[reverb.Server, tf.TensorSpec]:
     return server, data_spec
 
 
-def measure(dataset: tf.data.Dataset, *, batches: int, warmup: int = 20) -> tuple[float, float]:
-    """Returns (samples/s, CPU µs per sample) over `batches` batches after a warm-up."""
-    iterator = iter(dataset)
-    for _ in range(warmup):
-        next(iterator)
-    cpu_started, started = os.times(), time.perf_counter()
-    for _ in range(batches):
-        next(iterator)
-    seconds = time.perf_counter() - started
-    cpu_ended = os.times()
-    cpu = (cpu_ended.user - cpu_started.user) + (cpu_ended.system - cpu_started.system)
-    samples = batches * BATCH_SIZE
-    return samples / seconds, 1e6 * cpu / samples
+class _Timed:
+    """One side's iterator in a round: its set-up, then time and CPU summed over slices."""
+
+    def __init__(self, make_dataset: Callable[[], tf.data.Dataset], *, warmup: int):
+        started = time.perf_counter()
+        self._iterator = iter(make_dataset())
+        next(self._iterator)
+        self.setup_s = time.perf_counter() - started
+        for _ in range(warmup - 1):
+            next(self._iterator)
+        self.seconds = self.cpu_s = 0.0
+        self.samples = 0
+
+    def run(self, batches: int) -> None:
+        """Times `batches` more batches (wall and process CPU time)."""
+        cpu_started, started = os.times(), time.perf_counter()
+        for _ in range(batches):
+            next(self._iterator)
+        self.seconds += time.perf_counter() - started
+        cpu_ended = os.times()
+        self.cpu_s += (cpu_ended.user - cpu_started.user) + (cpu_ended.system - cpu_started.system)
+        self.samples += batches * BATCH_SIZE
+
+    @property
+    def rate(self) -> float:
+        return self.samples / self.seconds
+
+    @property
+    def cpu_us(self) -> float:
+        return 1e6 * self.cpu_s / self.samples
+
+
+def measure_pair(
+    sides: dict[str, tuple[Callable[[], tf.data.Dataset], int]],
+    *,
+    reverse: bool,
+    slices: int = _SLICES,
+    warmup: int = 20,
+) -> dict[str, _Timed]:
+    """Measures the sides of one round, their timed batches cut into alternating slices.
+
+    Each side builds its dataset (set-up timed: dataset, iterator, first batch) and warms up
+    for `warmup` batches; then the sides take turns, `slices` times, each timing its
+    `batches / slices` next batches. A change in the machine's load during the round so
+    falls on both sides alike (on a shared host it otherwise lands on whichever side runs
+    then).
+    """
+    names = list(sides)[::-1] if reverse else list(sides)
+    timed = {name: _Timed(sides[name][0], warmup=warmup) for name in names}
+    for _ in range(slices):
+        for name in names:
+            timed[name].run(sides[name][1] // slices)
+    return timed
 
 
 def make_tf_agents_dataset(server: reverb.Server, data_spec) -> tf.data.Dataset:
@@ -152,21 +199,28 @@ def main(argv=None) -> int:
     server, data_spec = seed_table()
     address = f'localhost:{server.port}'
     print(f'table: prioritized, {NUM_ITEMS:,} two-step items, obs float32[17], act float32[6]')
-    anchor = make_tf_agents_dataset(server, data_spec)
-    ours = make_our_dataset(address, data_spec)
+    # An untimed first pipeline of each side pays TensorFlow's and Reverb's one-time start,
+    # so that the first round's set-up compares like with like.
+    for make in (make_tf_agents_dataset(server, data_spec), make_our_dataset(address, data_spec)):
+        next(iter(make))
     ratios, cpu_ratios = [], []
     for round_ in range(1, args.rounds + 1):
-        order = [('anchor', anchor, args.anchor_batches), ('ours', ours, args.batches)]
-        results = {}
-        for name, dataset, batches in order if round_ % 2 else order[::-1]:
-            results[name] = measure(dataset, batches=batches)
-        (a_rate, a_cpu), (o_rate, o_cpu) = results['anchor'], results['ours']
-        ratios.append(o_rate / a_rate)
-        cpu_ratios.append(a_cpu / o_cpu)
+        # Each side builds its dataset anew every round (set-up timed, then a warm-up).
+        results = measure_pair(
+            {
+                'anchor': (lambda: make_tf_agents_dataset(server, data_spec), args.anchor_batches),
+                'ours': (lambda: make_our_dataset(address, data_spec), args.batches),
+            },
+            reverse=not round_ % 2,
+        )
+        anchor, ours = results['anchor'], results['ours']
+        ratios.append(ours.rate / anchor.rate)
+        cpu_ratios.append(anchor.cpu_us / ours.cpu_us)
         print(
-            f'round {round_}: TF-Agents {a_rate:>8,.0f} samples/s ({a_cpu:5.1f} µs CPU/sample)'
-            f'   ours {o_rate:>8,.0f} ({o_cpu:5.1f} µs)   {ratios[-1]:.2f}x'
-            f' (CPU time {cpu_ratios[-1]:.2f}x)',
+            f'round {round_}: TF-Agents {anchor.rate:>8,.0f} samples/s ({anchor.cpu_us:5.1f} µs'
+            f' CPU/sample, set-up {anchor.setup_s:.2f} s)   ours {ours.rate:>8,.0f}'
+            f' ({ours.cpu_us:5.1f} µs, set-up {ours.setup_s:.2f} s)   {ratios[-1]:.2f}x'
+            f' (CPU time {cpu_ratios[-1]:.2f}x)   load average {os.getloadavg()[0]:.1f}',
             flush=True,
         )
     print(summarize('samples/s ratio', ratios))
@@ -174,18 +228,20 @@ def main(argv=None) -> int:
 
     split = seed_split_servers(2)
     split_addresses = [f'localhost:{s.port}' for s in split]
-    one = make_our_dataset(address, data_spec)
-    two = make_our_dataset(split_addresses, data_spec)
     scaling = []
     for round_ in range(1, args.rounds + 1):
-        order = [('1 server', one), ('2 servers', two)]
-        results = {}
-        for name, dataset in order if round_ % 2 else order[::-1]:
-            results[name] = measure(dataset, batches=args.batches)
-        scaling.append(results['2 servers'][0] / results['1 server'][0])
+        results = measure_pair(
+            {
+                '1 server': (lambda: make_our_dataset(address, data_spec), args.batches),
+                '2 servers': (lambda: make_our_dataset(split_addresses, data_spec), args.batches),
+            },
+            reverse=not round_ % 2,
+        )
+        one, two = results['1 server'].rate, results['2 servers'].rate
+        scaling.append(two / one)
         print(
-            f'round {round_}: 1 server {results["1 server"][0]:>8,.0f} samples/s   '
-            f'2 servers {results["2 servers"][0]:>8,.0f}   {scaling[-1]:.2f}x',
+            f'round {round_}: 1 server {one:>8,.0f} samples/s   2 servers {two:>8,.0f}'
+            f'   {scaling[-1]:.2f}x',
             flush=True,
         )
     print(summarize('2 servers / 1 server', scaling))

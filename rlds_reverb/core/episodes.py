@@ -10,7 +10,6 @@ adders return) is an RLDS dataset that carries the source of its episodes
 from __future__ import annotations
 
 from collections.abc import Callable
-from typing import NamedTuple
 
 import tensorflow as tf
 
@@ -70,21 +69,23 @@ def without_autograph(fn: Callable) -> Callable:
     return tf.autograph.experimental.do_not_convert(fn)
 
 
-class _Views(NamedTuple):
-    """An `EpisodeDataset`'s pipelines: its source's whole episodes, and RLDS from them."""
-
-    whole_episodes: tf.data.Dataset
-    rlds: tf.data.Dataset
-
-
-def _build_views(source: sources.EpisodeSource) -> _Views:
-    whole = source.read()
-    rlds = whole.map(
+def _to_rlds(whole: tf.data.Dataset) -> tf.data.Dataset:
+    """Returns the RLDS view of whole episodes: `steps` sliced back into a steps dataset."""
+    return whole.map(
         without_autograph(
             lambda e: {**e, types.STEPS: tf.data.Dataset.from_tensor_slices(e[types.STEPS])}
         )
     )
-    return _Views(whole, rlds)
+
+
+def _rlds_element_spec(whole_spec: dict) -> dict:
+    """Returns the element spec `_to_rlds` gives whole episodes of `whole_spec`, untraced."""
+    # As `from_tensor_slices` derives it: each component's spec without the time axis.
+    step_spec = tf.nest.map_structure(
+        lambda spec: spec._unbatch(),  # noqa: SLF001
+        whole_spec[types.STEPS],
+    )
+    return {**whole_spec, types.STEPS: tf.data.DatasetSpec(step_spec)}
 
 
 class EpisodeDataset(tf.data.Dataset):
@@ -110,26 +111,39 @@ class EpisodeDataset(tf.data.Dataset):
 
     def __init__(self, source: sources.EpisodeSource, *, element_spec=None):
         self._source = source
-        self._views = None
+        self._whole = None
+        self._rlds = None
         # Built later only in eager mode (then lifted out of any function being traced).
         if element_spec is None or not tf.executing_eagerly():
-            self._views = _build_views(source)
-            element_spec = self._views.rlds.element_spec
+            self._whole = source.read()
+            # The RLDS view's map is traced only when the steps are read through it: the
+            # toolkit's functions read `whole_episodes` (a trace less before their first
+            # element).
+            element_spec = _rlds_element_spec(self._whole.element_spec)
+            if not tf.executing_eagerly():
+                self._rlds = _to_rlds(self._whole)
         self._element_spec = element_spec
         super().__init__(variant_tensor=None)  # `_variant_tensor` is the RLDS pipeline's.
 
-    def _build(self) -> _Views:
-        if self._views is None:
+    def _build_whole(self) -> tf.data.Dataset:
+        if self._whole is None:
             with tf.init_scope():
-                self._views = _build_views(self._source)
-        return self._views
+                self._whole = self._source.read()
+        return self._whole
+
+    def _build_rlds(self) -> tf.data.Dataset:
+        if self._rlds is None:
+            whole = self._build_whole()
+            with tf.init_scope():
+                self._rlds = _to_rlds(whole)
+        return self._rlds
 
     @property
     def _variant_tensor(self):
-        return self._build().rlds._variant_tensor
+        return self._build_rlds()._variant_tensor
 
     def _inputs(self) -> list[tf.data.Dataset]:
-        return [] if self._views is None else [self._views.rlds]
+        return [] if self._rlds is None else [self._rlds]
 
     @property
     def element_spec(self):
@@ -143,7 +157,7 @@ class EpisodeDataset(tf.data.Dataset):
     @property
     def whole_episodes(self) -> tf.data.Dataset:
         """The episodes with `steps` as a nest of whole `[T, ...]` tensors."""
-        return self._build().whole_episodes
+        return self._build_whole()
 
     def _select(self, selection: sources.Selection) -> EpisodeDataset:
         selection.apply(tf.data.Dataset.range(0))  # Bad arguments raise now, as in tf.data.

@@ -82,11 +82,11 @@ class RecordSource(sources.EpisodeSource):
                 types.STEPS: self.serialized_steps,
             }
         )
-        records = _interleave(
-            self._list_files(),
-            lambda path, skip, take: tf.data.TFRecordDataset(path).skip(skip).take(take),
-            cycle_length=self.cycle_length,
-        )
+        if len(self.file_instructions) == 1:  # The same order, without tracing an interleave.
+            ((path, skip, take),) = self.file_instructions
+            records = _read_shard(path, skip, take)
+        else:
+            records = _interleave(self._list_files(), _read_shard, cycle_length=self.cycle_length)
         for selection in self.selections:  # On the serialized records: nothing decoded.
             records = selection.apply(records)
 
@@ -143,6 +143,11 @@ class RecordSource(sources.EpisodeSource):
                 np.array([take for _, _, take in self.file_instructions], np.int64),
             )
         )
+
+
+def _read_shard(path: tf.Tensor | str, skip: tf.Tensor | int, take: tf.Tensor | int):
+    """Returns the `take` records of one shard after its first `skip`."""
+    return tf.data.TFRecordDataset(path).skip(skip).take(take)
 
 
 def _interleave(files: tf.data.Dataset, open_file: Callable, *, cycle_length: int):

@@ -26,6 +26,7 @@ Mapping, per episode of steps 0..L (step t holds o_t, a_t, r_t, d_t):
 from __future__ import annotations
 
 import tensorflow as tf
+from tensorflow.python.data.ops import unbatch_op
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
@@ -175,10 +176,11 @@ def convert_episodes_to_trajectories(
     check = validation.InGraphCheck(rlds_data, specs.get_step_spec(rlds_data))
     # Indices come before the checks, so that they stay right when an episode is dropped.
     if episodes_lib.has_whole_episodes(rlds_data):
-        indexed = episodes_lib.to_episode_tensors(rlds_data).enumerate()
+        # The whole episodes themselves: picking `steps` in the one map below saves a map.
+        indexed = episodes_lib.to_whole_episodes(rlds_data).enumerate()
 
-        def _decode(steps: types.Nest) -> types.Nest:
-            return steps
+        def _decode(episode: dict) -> types.Nest:
+            return episode[types.STEPS]
 
     else:
         # Decoding inside the one map below (a stage less measured 15-20% faster).
@@ -269,4 +271,18 @@ def convert_rlds_to_trajectories(
     per_episode = per_episode.prefetch(_EPISODES_AHEAD)
     if batch_size is not None:
         return per_episode.rebatch(batch_size, drop_remainder=drop_remainder)
-    return per_episode.unbatch()
+    return _unbatch(per_episode)
+
+
+def _unbatch(per_episode: tf.data.Dataset) -> tf.data.Dataset:
+    """Returns `per_episode.unbatch()`, without its identity map for dense components.
+
+    `Dataset.unbatch` first maps every element through `normalize_to_dense` (a traced
+    function and a stage per element) even when, as here, every component is a dense
+    tensor already.
+    """
+    dense = all(isinstance(s, tf.TensorSpec) for s in tf.nest.flatten(per_episode.element_spec))
+    unbatch_dataset = getattr(unbatch_op, '_UnbatchDataset', None)
+    if not dense or unbatch_dataset is None:
+        return per_episode.unbatch()
+    return unbatch_dataset(per_episode)

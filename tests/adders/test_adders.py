@@ -123,6 +123,20 @@ def test_gae_value_fn_keras_model_is_called_on_observations():
     np.testing.assert_allclose(steps[types.RETURN], [4, 3, 2])
 
 
+def test_gae_value_fn_with_python_control_flow_on_tensors_is_converted():
+    def value_fn(observation):  # Python `if` on a tensor: needs AutoGraph.
+        if tf.reduce_sum(observation) > 100.0:
+            return tf.zeros_like(observation[:, 0])
+        return observation[:, 0]
+
+    spec = dict(reward=[1, 1, 0], ending='truncated')
+    (episode,) = builders.case_episodes([spec])
+    episode[types.OBSERVATION] = episode[types.OBSERVATION][:, None]  # [T, 1]
+    (steps,) = builders.run_transform(adders.gae(1.0, 1.0, value_fn=value_fn), [episode], 'rlds')
+    np.testing.assert_allclose(steps[types.VALUE], [0, 1, 2])
+    np.testing.assert_allclose(steps[types.RETURN], [4, 3, 2])
+
+
 def test_gae_value_field_other_than_value_is_kept():
     spec = dict(reward=[1, 0], ending='terminated', extras={'critic': [3, 9]})
     (steps,) = builders.run_transform(

@@ -237,3 +237,13 @@ def test_a_resumed_push_writes_the_remaining_episodes_of_the_nested_path(users_p
         refs.assert_same_items(actual, expected, where=name)
     finally:
         server.stop()
+
+
+def test_rlds_view_spec_matches_its_trace_and_is_traced_only_when_read_by_step(cartpole_dir):
+    episodes = load(cartpole_dir)
+    assert episodes._rlds is None  # noqa: SLF001  (the toolkit reads the whole episodes)
+    next(iter(rlds_reverb.convert_rlds_to_trajectories(episodes).batch(8)))
+    assert episodes._rlds is None  # noqa: SLF001
+    steps = next(iter(episodes))[types.STEPS]  # Read by step: the view is built now.
+    assert episodes.element_spec == episodes._rlds.element_spec  # noqa: SLF001
+    assert episodes.element_spec[types.STEPS].element_spec == steps.element_spec
