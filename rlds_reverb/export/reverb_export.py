@@ -585,7 +585,8 @@ def export_table(
       ExportError: If the server or checkpoint holds no such table (a server's is checked
         before it is checkpointed), the table's items cannot be rebuilt into episodes
         (says why), an
-        `episode_fields` name is not an item field, or (raise mode) the table holds part of
+        `episode_fields` name is not an item field (or is `episode_id`/`step_index` of items
+        the export numbers by them), or (raise mode) the table holds part of
         an episode; nothing is written then.
       CheckpointError: If the live server cannot be checkpointed, or
         `server_checkpoint_dir` is missing or not the directory it checkpoints to.
@@ -617,7 +618,18 @@ def export_table(
             kind = ExportKind.WINDOWS_IN_ORDER
         stats.kind = kind
         row_spec = _row_spec(reader.signature, kind)
-        unknown = [f for f in episode_fields if f not in row_spec or f in _ID_FIELDS]
+        # Whole-episode items hold no ids of the export's: an `episode_id` there is a carried
+        # episode field (Minari's), written back like any other.
+        if kind is not ExportKind.WHOLE_EPISODES:
+            numbered = [f for f in episode_fields if f in _ID_FIELDS]
+            if numbered:
+                raise ExportError(
+                    f'episode_fields names {numbered}: the export numbers the episodes and '
+                    f'steps of {kind.value} items by these fields, so they cannot also be '
+                    'episode metadata; push whole episodes (items.Episode(max_length), no '
+                    'add_ids) to carry an episode field of that name.'
+                )
+        unknown = [f for f in episode_fields if f not in row_spec]
         if unknown:
             raise ExportError(
                 f'episode_fields names {unknown}, which the items do not hold; their fields '

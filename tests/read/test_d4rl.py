@@ -36,61 +36,7 @@ from rlds_reverb.serve import tables
 from rlds_reverb.transform import items
 from tests import builders, reverb_tables
 from tests import item_references as refs
-
-# (length, how it ends), in file order: 'terminal', 'timeout', 'both' (both flags set) or
-# 'cut' (the end of the file, no flag).
-_EPISODES = (
-    (5, 'terminal'),
-    (4, 'timeout'),
-    (1, 'terminal'),
-    (1, 'both'),
-    (6, 'timeout'),
-    (3, 'terminal'),
-    (4, 'cut'),
-)
-_OBS_DIM, _ACTION_DIM, _QPOS_DIM = 3, 2, 4
-
-
-def _write(
-    path: pathlib.Path,
-    *,
-    next_observations: bool,
-    timeouts: bool = True,
-    float_dtype=np.float32,
-    rewards_column: bool = False,
-    episodes=_EPISODES,
-    seed: int = 0,
-) -> pathlib.Path:
-    """Writes a D4RL-layout file; within an episode next_observations[t] == observations[t+1]."""
-    rng = np.random.default_rng(seed)
-    observations, next_obs, terminals, time_limits = [], [], [], []
-    for length, ending in episodes:
-        states = rng.normal(size=(length + 1, _OBS_DIM)).astype(float_dtype)
-        observations.append(states[:-1])
-        next_obs.append(states[1:])
-        flags = np.zeros([length], bool)
-        terminals.append(flags.copy())
-        time_limits.append(flags.copy())
-        terminals[-1][-1] = ending in ('terminal', 'both')
-        time_limits[-1][-1] = ending in ('timeout', 'both')
-    rows = sum(length for length, _ in episodes)
-    rewards = rng.normal(size=(rows, 1) if rewards_column else (rows,)).astype(float_dtype)
-    with h5py.File(path, 'w') as file:
-        file['observations'] = np.concatenate(observations)
-        file['actions'] = rng.normal(size=(rows, _ACTION_DIM)).astype(float_dtype)
-        file['rewards'] = rewards
-        file['terminals'] = np.concatenate(terminals)
-        if timeouts:
-            file['timeouts'] = np.concatenate(time_limits)
-        if next_observations:
-            file['next_observations'] = np.concatenate(next_obs)
-        file['infos/qpos'] = rng.normal(size=(rows, _QPOS_DIM))
-        file['infos/action_log_probs'] = rng.normal(size=(rows,))  # float64, as in D4RL v2
-        file['metadata/algorithm'] = b'SAC'
-        file['metadata/iteration'] = np.int64(1_000_000)
-        file['metadata/policy/fc0/bias'] = rng.normal(size=(5,)).astype(float_dtype)
-        file['metadata/policy/nonlinearity'] = b'relu'
-    return path
+from tests.d4rl_files import ACTION_DIM, EPISODES, OBS_DIM, QPOS_DIM, write_d4rl_file
 
 
 def _as_arrays(node):
@@ -113,7 +59,7 @@ def _cast_as_the_builder(episodes: list[dict], config_name: str) -> list[dict]:
     """
     config = next(c for c in dataset_builder.MUJOCO_BUILDER_CONFIGS if c.name == config_name)
     shapes = dataset_builder.DatasetConfig(
-        'halfcheetah', obs_len=_OBS_DIM, action_len=_ACTION_DIM, qpos_len=_QPOS_DIM, qvel_len=1
+        'halfcheetah', obs_len=OBS_DIM, action_len=ACTION_DIM, qpos_len=QPOS_DIM, qvel_len=1
     )
     features = tfds.features.FeaturesDict(dataset_builder.get_features_dict(config, shapes))
     dtypes = dict(tree.flatten_with_path(features[types.STEPS].tf_dtype))
@@ -167,10 +113,12 @@ def _steps_of(episodes: list[dict]) -> list[dict]:
 def files(tmp_path_factory: pytest.TempPathFactory) -> dict[str, pathlib.Path]:
     root = tmp_path_factory.mktemp('d4rl')
     return {
-        'plain': _write(root / 'halfcheetah_medium-v2.hdf5', next_observations=False),
-        'next': _write(root / 'with_next.hdf5', next_observations=True),
-        'next_no_timeouts': _write(root / 'old.h5', next_observations=True, timeouts=False),
-        'replay': _write(
+        'plain': write_d4rl_file(root / 'halfcheetah_medium-v2.hdf5', next_observations=False),
+        'next': write_d4rl_file(root / 'with_next.hdf5', next_observations=True),
+        'next_no_timeouts': write_d4rl_file(
+            root / 'old.h5', next_observations=True, timeouts=False
+        ),
+        'replay': write_d4rl_file(
             root / 'replay.hdf5',
             next_observations=False,
             float_dtype=np.float64,
@@ -198,7 +146,7 @@ def test_episodes_equal_tfds_without_next_observations(files, name, config_name)
     ]  # fmt: skip
     terminated = actual[0][types.STEPS]
     np.testing.assert_array_equal(terminated[types.DISCOUNT], [1, 1, 1, 1, 0, 0])
-    np.testing.assert_array_equal(terminated[types.OBSERVATION][-1], np.zeros(_OBS_DIM))
+    np.testing.assert_array_equal(terminated[types.OBSERVATION][-1], np.zeros(OBS_DIM))
 
 
 def test_episodes_equal_tfds_with_next_observations_but_their_own_final_observation(files):
@@ -233,12 +181,12 @@ def test_step_and_episode_fields_and_specs(files):
     assert spec['iteration'] == tf.TensorSpec([], tf.int64)
     assert spec['policy']['fc0']['bias'] == tf.TensorSpec([5], tf.float32)
     steps = spec[types.STEPS].element_spec
-    assert steps[types.OBSERVATION] == tf.TensorSpec([_OBS_DIM], tf.float32)
+    assert steps[types.OBSERVATION] == tf.TensorSpec([OBS_DIM], tf.float32)
     assert steps[types.REWARD] == tf.TensorSpec([], tf.float32)
     assert steps[types.DISCOUNT] == tf.TensorSpec([], tf.float32)
     assert steps[d4rl.INFOS] == {
         'action_log_probs': tf.TensorSpec([], tf.float64),
-        'qpos': tf.TensorSpec([_QPOS_DIM], tf.float64),
+        'qpos': tf.TensorSpec([QPOS_DIM], tf.float64),
     }
     replay = load(files['replay']).element_spec[types.STEPS].element_spec
     assert replay[types.REWARD] == replay[types.DISCOUNT] == tf.TensorSpec([], tf.float64)
@@ -275,7 +223,7 @@ def test_selections_read_only_the_selected_episodes_on_the_source(files, name):
     selected = select(load(files['next']))
     source = episodes_lib.find_source(selected)
     assert isinstance(source, d4rl.D4rlSource)
-    every = np.arange(len(_EPISODES))
+    every = np.arange(len(EPISODES))
     expected_numbers = list(select(tf.data.Dataset.from_tensor_slices(every)).as_numpy_iterator())
     assert source.list_episodes().tolist() == expected_numbers
     expected = _with_own_final_observations(_tfds_episodes(files['next']), files['next'])
@@ -285,7 +233,7 @@ def test_selections_read_only_the_selected_episodes_on_the_source(files, name):
 def test_episodes_longer_than_a_block_and_blocks_of_many_episodes(tmp_path, monkeypatch):
     # Blocks of 4 rows: episodes span several blocks or share one.
     monkeypatch.setattr(d4rl, '_ROWS_PER_READ', 4)
-    path = _write(tmp_path / 'f.hdf5', next_observations=True)
+    path = write_d4rl_file(tmp_path / 'f.hdf5', next_observations=True)
     expected = _with_own_final_observations(_tfds_episodes(path), path)
     _assert_same_episodes(_read(load(path)), expected)
     _assert_same_episodes(_read(load(path).shard(2, 1)), expected[1::2])
@@ -300,7 +248,7 @@ def test_validate_convert_and_an_adder_work_on_it_unchanged(files):
     reference = builders.rlds(expected)
     assert rlds_reverb.validate(load(path)) == rlds_reverb.validate(reference)
     report = rlds_reverb.validate(load(path))
-    assert report.ok and report.episodes == len(_EPISODES)
+    assert report.ok and report.episodes == len(EPISODES)
     converted = [
         list(rlds_reverb.convert_rlds_to_trajectories(e, batch_size=8).as_numpy_iterator())
         for e in (load(path), reference)
@@ -323,7 +271,7 @@ def test_push_writes_the_reference_two_step_items(files):
         actual = [sample.data for sample in reverb_tables.read_items(client, name)]
     finally:
         server.stop()
-    assert stats.episodes == len(_EPISODES)
+    assert stats.episodes == len(EPISODES)
     assert len(actual) == len(expected)
     for got, want in zip(actual, expected, strict=True):
         tree.map_structure(np.testing.assert_allclose, dict(got._asdict()), want)
@@ -360,16 +308,16 @@ def test_an_empty_file_is_an_error(tmp_path):
 
 
 def test_mismatched_lengths_are_an_error_naming_the_key(tmp_path):
-    path = _write(tmp_path / 'f.hdf5', next_observations=False)
+    path = write_d4rl_file(tmp_path / 'f.hdf5', next_observations=False)
     with h5py.File(path, 'r+') as file:
         del file['infos/qpos']
-        file['infos/qpos'] = np.zeros([5, _QPOS_DIM])
+        file['infos/qpos'] = np.zeros([5, QPOS_DIM])
     with pytest.raises(D4rlFileError, match=r"key 'infos/qpos' has 5 rows but 'observations'"):
         load(path)
 
 
 def test_no_timeouts_and_no_next_observations_is_an_error(tmp_path):
-    path = _write(tmp_path / 'f.hdf5', next_observations=False, timeouts=False)
+    path = write_d4rl_file(tmp_path / 'f.hdf5', next_observations=False, timeouts=False)
     with pytest.raises(D4rlFileError, match="no 'timeouts' and no 'next_observations'"):
         load(path)
 
