@@ -19,8 +19,14 @@ from rlds_reverb.read.loading import load
 from tests import users_data
 
 
-def assert_same_episodes(expected: list[dict], actual: list[dict]) -> None:
-    """Every episode, field, value and dtype equal, in order."""
+def assert_same_episodes(
+    expected: list[dict], actual: list[dict], *, float64_as_stored: bool = False
+) -> None:
+    """Every episode, field, value and dtype equal, in order.
+
+    `float64_as_stored` compares float64 values as TFDS stores them (`tf.train.Example`
+    holds float32): the expected value cast to float32 and back, still exactly.
+    """
     assert len(actual) == len(expected)
     for index, (want, got) in enumerate(zip(expected, actual, strict=True)):
         want_flat, got_flat = tree.flatten_with_path(want), dict(tree.flatten_with_path(got))
@@ -29,6 +35,8 @@ def assert_same_episodes(expected: list[dict], actual: list[dict]) -> None:
             got_value, value = np.asarray(got_flat[path]), np.asarray(value)
             assert got_value.dtype == value.dtype, (index, path, got_value.dtype, value.dtype)
             assert got_value.shape == value.shape, (index, path)
+            if float64_as_stored and value.dtype == np.float64:
+                value = value.astype(np.float32).astype(np.float64)
             np.testing.assert_array_equal(got_value, value, err_msg=f'episode {index}, {path}')
 
 

@@ -20,7 +20,6 @@ import pathlib
 import numpy as np
 import pytest
 import reverb
-import tree
 from reverb.platform import checkpointers_lib
 
 import rlds_reverb
@@ -32,7 +31,7 @@ from rlds_reverb.serve import tables
 from rlds_reverb.transform import items
 from tests import builders, users_data
 from tests.d4rl_files import EPISODES, write_d4rl_file
-from tests.rlds_copies import read_both_ways
+from tests.rlds_copies import assert_same_episodes, read_both_ways
 
 _MINARI = pathlib.Path(__file__).resolve().parents[1] / 'fixtures' / 'minari'
 _EXPECTED = json.loads((_MINARI / 'expected.json').read_text())
@@ -58,18 +57,7 @@ def _serve(tmp_path: pathlib.Path, item, episodes, **carry) -> reverb.Server:
 
 def _assert_exported_equal(expected: list[dict], actual: list[dict]) -> None:
     """Every episode, field path, dtype and shape equal; values exact, float64 as float32."""
-    assert len(actual) == len(expected)
-    for index, (want, got) in enumerate(zip(expected, actual, strict=True)):
-        want_flat, got_flat = tree.flatten_with_path(want), dict(tree.flatten_with_path(got))
-        assert sorted(got_flat) == sorted(p for p, _ in want_flat), index
-        for path, value in want_flat:
-            got_value, value = np.asarray(got_flat[path]), np.asarray(value)
-            where = f'episode {index}, {path}'
-            assert got_value.dtype == value.dtype, (where, got_value.dtype, value.dtype)
-            assert got_value.shape == value.shape, where
-            if value.dtype == np.float64:  # tf.train.Example holds float32.
-                value = value.astype(np.float32).astype(np.float64)
-            np.testing.assert_array_equal(got_value, value, err_msg=where)
+    assert_same_episodes(expected, actual, float64_as_stored=True)
 
 
 @pytest.mark.parametrize('name', [*_MINARI_NAMES, *_D4RL_NAMES])
