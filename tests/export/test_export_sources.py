@@ -47,12 +47,33 @@ def _source(name: str, tmp_path: pathlib.Path) -> pathlib.Path:
     return write_d4rl_file(path, next_observations=name == 'd4rl-next-observations')
 
 
-def _serve(tmp_path: pathlib.Path, item, episodes, **carry) -> reverb.Server:
-    signature = tables.signature_for(item, episodes, **carry)
+def _serve(tmp_path: pathlib.Path, item, episodes, *, episode_fields) -> reverb.Server:
+    signature = tables.signature_for(item, episodes, episode_fields=episode_fields)
     (tmp_path / 'ckpt').mkdir()
     checkpointer = checkpointers_lib.DefaultCheckpointer(str(tmp_path / 'ckpt'))
     table = tables.uniform('replay', max_size=1000, signature=signature)
     return reverb.Server([table], port=None, checkpointer=checkpointer)
+
+
+def _push_and_export(tmp_path: pathlib.Path, item, episodes, *, episode_fields, **options):
+    """Pushes `episodes` as `item`s into a fresh server, exports its table to tmp/out."""
+    server = _serve(tmp_path, item, episodes, episode_fields=episode_fields)
+    try:
+        address = f'localhost:{server.port}'
+        pushed = rlds_reverb.push(
+            episodes, address, 'replay', item=item, episode_fields=episode_fields
+        )
+        stats = rlds_reverb.export_table(
+            tmp_path / 'out',
+            'replay',
+            server=address,
+            server_checkpoint_dir=tmp_path / 'ckpt',
+            episode_fields=episode_fields,
+            **options,
+        )
+    finally:
+        server.stop()
+    return pushed, stats
 
 
 def _assert_exported_equal(expected: list[dict], actual: list[dict]) -> None:
@@ -76,20 +97,9 @@ def test_a_source_pushed_as_episodes_exports_the_same_episodes(name, tmp_path):
         assert len(expected) == len(EPISODES)
     item = items.Episode(64)
     assert max(len(e[types.STEPS][types.IS_FIRST]) for e in expected) <= item.max_length
-    server = _serve(tmp_path, item, episodes, episode_fields=fields)
-    try:
-        address = f'localhost:{server.port}'
-        pushed = rlds_reverb.push(episodes, address, 'replay', item=item, episode_fields=fields)
-        stats = rlds_reverb.export_table(
-            tmp_path / 'out',
-            'replay',
-            server=address,
-            server_checkpoint_dir=tmp_path / 'ckpt',
-            episode_fields=fields,
-            episodes_per_shard=4,
-        )
-    finally:
-        server.stop()
+    pushed, stats = _push_and_export(
+        tmp_path, item, episodes, episode_fields=fields, episodes_per_shard=4
+    )
     assert stats.kind is reverb_export.ExportKind.WHOLE_EPISODES
     assert (stats.episodes, stats.steps, stats.skipped_episodes) == (
         len(expected),
@@ -113,20 +123,7 @@ def test_an_episode_id_field_of_whole_episode_items_comes_back(tmp_path):
     episodes = builders.rlds(data).map(
         lambda e: {**e, types.EPISODE_ID: np.int64(7)}  # An id of the source's own.
     )
-    carry = {'episode_fields': (types.EPISODE_ID,)}
-    server = _serve(tmp_path, items.Episode(8), episodes, **carry)
-    try:
-        address = f'localhost:{server.port}'
-        rlds_reverb.push(episodes, address, 'replay', item=items.Episode(8), **carry)
-        rlds_reverb.export_table(
-            tmp_path / 'out',
-            'replay',
-            server=address,
-            server_checkpoint_dir=tmp_path / 'ckpt',
-            **carry,
-        )
-    finally:
-        server.stop()
+    _push_and_export(tmp_path, items.Episode(8), episodes, episode_fields=(types.EPISODE_ID,))
     exported = users_data.read_with_tfds(tmp_path / 'out')
     assert [int(e[types.EPISODE_ID]) for e in exported] == [7, 7]
     _assert_exported_equal(users_data.read_numpy(episodes), exported)
@@ -138,19 +135,6 @@ def test_an_episode_id_field_of_items_numbered_by_the_export_is_refused(tmp_path
     episodes = builders.rlds([builders.episode(3, discount=[1.0, 0.0, 0.0])]).map(
         lambda e: {**e, types.EPISODE_ID: np.int64(7)}
     )
-    carry = {'episode_fields': (types.EPISODE_ID,)}
-    server = _serve(tmp_path, items.TwoStep(), episodes, **carry)
-    try:
-        address = f'localhost:{server.port}'
-        rlds_reverb.push(episodes, address, 'replay', **carry)
-        with pytest.raises(ExportError, match=r"\['episode_id'\]: the export numbers"):
-            rlds_reverb.export_table(
-                tmp_path / 'out',
-                'replay',
-                server=address,
-                server_checkpoint_dir=tmp_path / 'ckpt',
-                **carry,
-            )
-    finally:
-        server.stop()
+    with pytest.raises(ExportError, match=r"\['episode_id'\]: the export numbers"):
+        _push_and_export(tmp_path, items.TwoStep(), episodes, episode_fields=(types.EPISODE_ID,))
     assert not (tmp_path / 'out').exists()
