@@ -200,6 +200,8 @@ class _TfOps:
     @staticmethod
     def any_per_step(x: tf.Tensor) -> tf.Tensor:
         """Reduces a `[T, ...]` bool tensor to `[T]`."""
+        if x.shape.rank == 1:  # Already per step (a branch on the static rank).
+            return x
         return tf.reduce_any(tf.reshape(x, [tf.shape(x)[0], -1]), axis=1)
 
     @staticmethod

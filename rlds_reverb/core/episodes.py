@@ -255,8 +255,11 @@ def to_episode_tensors(episodes: tf.data.Dataset) -> tf.data.Dataset:
 
 
 def episode_length(steps: types.Nest) -> tf.Tensor:
-    """Returns T, the number of steps of a whole-episode nest."""
-    return tf.shape(steps[types.IS_FIRST])[0]
+    """Returns T, the number of steps of a whole-episode nest (an int32 scalar)."""
+    is_first = steps[types.IS_FIRST]
+    if is_first.shape.rank == 1:  # One op instead of five (every traced op costs set-up).
+        return tf.size(is_first)
+    return tf.shape(is_first)[0]
 
 
 def expand_like(x: tf.Tensor, like: tf.Tensor) -> tf.Tensor:
@@ -324,7 +327,8 @@ def compute_terminal_discounts(steps: types.Nest) -> types.Nest:
       >>> compute_terminal_discounts(steps)  # data [1, 1, 1], terminated -> [1, 0, 0]
     """
     terminal = steps[types.IS_TERMINAL]
-    into_terminal = tf.concat([terminal[1:], tf.zeros_like(terminal[:1])], axis=0)
+    # A constant `[False]` traces one op where `zeros_like(terminal[:1])` traces five.
+    into_terminal = tf.concat([terminal[1:], tf.constant([False])], axis=0)
     zero = (steps[types.IS_LAST] & terminal) | into_terminal
 
     def _discount(d: tf.Tensor) -> tf.Tensor:
