@@ -471,10 +471,10 @@ def _compute_episode_ok(
                     Rule.CONSISTENT_SHAPE.entry.format_hint(list(ref)),
                 )
             )
-    ok = ~tf.reduce_any(masks)
-    for broken, _, _ in episode_checks:
-        ok &= ~broken
-    return ok, masks, episode_checks
+    broken = tf.reduce_any(masks)
+    for episode_broken, _, _ in episode_checks:
+        broken |= episode_broken
+    return ~broken, masks, episode_checks
 
 
 def _find_reference_shapes(episodes: tf.data.Dataset, step_spec: dict) -> tuple | None:

@@ -247,3 +247,36 @@ def test_rlds_view_spec_matches_its_trace_and_is_traced_only_when_read_by_step(c
     steps = next(iter(episodes))[types.STEPS]  # Read by step: the view is built now.
     assert episodes.element_spec == episodes._rlds.element_spec  # noqa: SLF001
     assert episodes.element_spec[types.STEPS].element_spec == steps.element_spec
+
+
+def test_the_record_parser_gives_what_tfds_parser_gives(users_dir):
+    """`load`'s parser skips TFDS' reshapes that change nothing: the same values, dtypes and
+    static shapes as TFDS' `ExampleParser` on records with images, strings and metadata."""
+    builder = tfds.builder_from_directory(str(users_dir))
+    example_specs = builder.info.features.get_serialized_info()
+    ours = records._make_record_parser(example_specs)  # noqa: SLF001
+    theirs = tfds.core.example_parser.ExampleParser(example_specs).parse_example
+    source = records.find_record_source(load(users_dir))
+    serialized = next(records.read_serialized_batches(source, batch_records=8))
+    for record in serialized:
+        got, want = ours(tf.constant(record)), theirs(tf.constant(record))
+        assert tree.map_structure(lambda x: (x.dtype, x.shape), got) == tree.map_structure(
+            lambda x: (x.dtype, x.shape), want
+        )
+        tree.map_structure(np.testing.assert_array_equal, got, want)
+    traced = tf.function(ours).get_concrete_function(tf.TensorSpec([], tf.string))
+    assert tree.map_structure(lambda x: x.shape.as_list(), traced.structured_outputs) == (
+        tree.map_structure(
+            lambda x: x.shape.as_list(),
+            tf.function(theirs)
+            .get_concrete_function(tf.TensorSpec([], tf.string))
+            .structured_outputs,
+        )
+    )
+
+
+def test_ragged_features_are_parsed_by_tfds():
+    specs = {'nested': tfds.features.Sequence(tfds.features.Sequence(np.int64))}
+    example_specs = tfds.features.FeaturesDict(specs).get_serialized_info()
+    parse = records._make_record_parser(example_specs)  # noqa: SLF001
+    assert getattr(parse, '__func__', None) is tfds.core.example_parser.ExampleParser.parse_example

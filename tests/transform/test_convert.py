@@ -7,9 +7,11 @@ through TF-Agents' own; `tests/write/test_push.py` runs the same table through `
 import numpy as np
 import pytest
 import tensorflow as tf
+import tree
 from tf_agents.replay_buffers import rlds_to_reverb as tfa_rlds
 
 import rlds_reverb
+from rlds_reverb.check import validation
 from rlds_reverb.core import errors, types
 from rlds_reverb.transform import convert
 from tests import builders, expected
@@ -225,6 +227,62 @@ def test_invalid_episode_raises_invalid_argument_naming_episode_step_field_and_r
         'is_terminal_implies_is_last: ',
     ):
         list(rlds_reverb.convert_rlds_to_trajectories(dataset))
+
+
+def test_the_invalid_episode_message_lists_every_broken_rule_at_its_first_bad_step():
+    bad = builders.episode(4)
+    bad[types.IS_FIRST] = np.array([False, False, True, False])
+    bad[types.DISCOUNT] = np.array([1.0, 1.0, 2.0, 3.0], np.float32)
+    dataset = builders.rlds([builders.episode(2), builders.episode(3), bad])
+    with pytest.raises(tf.errors.InvalidArgumentError) as info:
+        list(rlds_reverb.convert_rlds_to_trajectories(dataset))
+    rule = validation.Rule
+    # The text `Problem.describe` gives each problem at its first bad step (written out by
+    # hand here), joined as the iterator's message.
+    lines = [
+        f'episode 2, step {step}, field {field}, rule {r.rule_id}: {r.hint}'
+        for step, field, r in [
+            (0, types.IS_FIRST, rule.FIRST_AT_START),
+            (2, types.IS_FIRST, rule.FIRST_ONLY_AT_START),
+            (2, types.DISCOUNT, rule.DISCOUNT_IN_RANGE),
+        ]
+    ]
+    # TF's Assert prints string data C-escaped (\\' for ').
+    message = info.value.message.replace("\\'", "'")
+    assert (
+        f'Episode 2 is invalid: {"; ".join(lines)}. Fix the data, or pass '
+        "on_invalid='skip' to drop invalid episodes whole." in message
+    )
+
+
+def test_an_empty_episode_is_named_in_the_message():
+    signature = builders.step_signature()
+    episodes = [builders.episode(2), builders.episode(0)]
+    dataset = builders.rlds_from_generator(episodes, signature)
+    with pytest.raises(
+        tf.errors.InvalidArgumentError,
+        match=r'Episode 1 is invalid: episode 1, step 0, field steps, rule non_empty: ',
+    ):
+        list(rlds_reverb.convert_rlds_to_trajectories(dataset))
+
+
+def test_an_iterator_is_checkpointed_and_restored_mid_dataset(users_plain_dir, tmp_path):
+    """The message of an invalid episode is written by a stateless Python op: iterators of
+    what `load` reads, converted, stay checkpointable (a stateful op refuses to be saved)."""
+    batches = rlds_reverb.convert_rlds_to_trajectories(
+        rlds_reverb.load(users_plain_dir).take(6)
+    ).batch(16)
+    want = [b.reward.numpy() for b in batches]
+    iterator = iter(batches)
+    next(iterator)
+    checkpoint = tf.train.Checkpoint(iterator=iterator)
+    path = checkpoint.save(str(tmp_path / 'iterator'))
+    rest = [b.reward.numpy() for b in iterator]
+    checkpoint.restore(path)
+    again = [b.reward.numpy() for b in iterator]
+    assert len(want) > 2
+    tree.map_structure(np.testing.assert_array_equal, rest, want[1:])
+    tree.map_structure(np.testing.assert_array_equal, again, want[1:])
 
 
 def test_skip_mode_drops_invalid_episodes_whole():
