@@ -111,10 +111,10 @@ def make_episode_plans(
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
-    # Reverb's writer paces a push (tens of ms per episode), the plans are ready long before,
-    # and tf.data's autotuning thread backs off to waits of seconds: dropping the iterator at
-    # the end of a push then waited out the rest of one (9 to 10 s in 1 push of 3, 200,000
-    # steps). Without autotuning the map still runs as many calls as there are cores.
+    # Reverb's writer paces a push (tens of ms per episode); the plans are ready long before.
+    # With tf.data's autotuning, dropping the iterator at the end of a push waited 9 to 10 s
+    # in 1 push of 3 (200,000 steps), in the iterator's destructor, for a background thread
+    # (benchmarks/README.md). Without it the map still runs as many calls as there are cores.
     options = tf.data.Options()
     options.autotune.enabled = False
     return plans.prefetch(tf.data.AUTOTUNE).with_options(options)
