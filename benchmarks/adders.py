@@ -94,7 +94,7 @@ def _run_ours(data: tf.data.Dataset, transform, *, repeats: int = 3) -> _Timing:
 
 
 def _run_rlds(data: tf.data.Dataset, transform) -> _Timing:
-    rlds = episodes_lib.to_rlds_episodes(data)
+    rlds = episodes_lib.from_whole_episodes(data.map(lambda steps: {types.STEPS: steps}))
     read_back = episodes_lib.to_episode_tensors(rlds.apply(transform)).prefetch(2)
     read_back.take(2).reduce(0.0, _sum_outputs)  # Trace outside the timings.
     steps = int(data.cardinality()) * _LENGTH

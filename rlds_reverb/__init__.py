@@ -1,14 +1,26 @@
 """rlds-reverb: RLDS datasets to TF-Agents trajectories in Reverb tables, fast.
 
-The package is arranged by role, in the order data flows through it; each room imports only
-itself and the rooms listed before it:
+The verbs, in the order data flows:
+
+    load            open an RLDS dataset (a TFDS directory or name, envlogger, Minari, D4RL,
+                    `tf.data`) as whole-episode tensors, through a registry of readers
+    validate        check every rule on every episode; name each problem
+    adders          (the top-level `adders` package) n-step, GAE, sequences and frame
+                    stacking as `tf.data` transforms
+    push            write episodes into Reverb tables as items (`items`, `tables`,
+                    `PushOptions`)
+    LearnerDataset  sample batches for TF-Agents learners: mixing, importance weights,
+                    priority updates
+    export          back to RLDS: `export_table`, `RldsRecorder`, `save_as_rlds`
+
+The package is arranged by role, in the same order; each room imports only itself and the
+rooms listed before it (docs/architecture.md lists every module):
 
     core/       vocabulary (field names, enums), errors, argument checks, specs, episode tensors
     storage/    RLDS on disk: the TFDS dataset writer
-    read/       open RLDS datasets (TFDS directory, TFDS name, `tf.data`) as whole episodes
+    read/       open RLDS datasets as whole episodes
     check/      validate and describe datasets
-    adders/     (the top-level `adders` package) tf.data transforms: n-step, GAE, sequences,
-                frame stacking; they build on `core` only
+    adders/     (the top-level `adders` package) tf.data transforms; they build on `core` only
     transform/  two-step trajectories (TF-Agents drop-in), item kinds, per-episode write plans
     serve/      table presets and lookups, servers, checkpoints
     write/      push into Reverb (writer engines), observers, resumable pushes, seeding
@@ -18,10 +30,10 @@ itself and the rooms listed before it:
     examples/   the embedded CartPole data, synthetic data, the demo agent (offline CQL-DQN)
     cli/        the `rlds-reverb` command line
 
-The names below are the public API (`__all__`). They load on first use, so that
-`import rlds_reverb` (and the command line) starts without importing TensorFlow until
-something needs it; type checkers and IDEs read the same names from the
-`if TYPE_CHECKING:` imports (`tests/system/test_api.py` keeps the two lists equal). See
+The names below are the public API (`__all__`). `import rlds_reverb` only defines them: each
+loads on first use (PEP 562), so the command line starts without importing TensorFlow until
+something needs it; type checkers and IDEs read the same names from the static imports
+under `TYPE_CHECKING` (`tests/system/test_api.py` keeps the two lists equal). See
 `rlds_reverb.core.types` for what an RLDS dataset is here.
 """
 
@@ -30,58 +42,87 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from rlds_reverb.core import deprecation
 from rlds_reverb.version import __version__
-
-deprecation.install_moved_module_finder()  # The 0.1 module paths keep working until 0.3.
 
 # Public name -> 'module' (the module itself) or 'module:attribute'.
 _EXPORTS = {
-    # Modules that are part of the public API under short names (`deprecation.PUBLIC_ALIASES`
-    # makes `import rlds_reverb.items` work too).
-    **{old.rpartition('.')[2]: new for old, new in deprecation.PUBLIC_ALIASES.items()},
-    # Functions and classes.
-    'EndBehavior': 'rlds_reverb.core.types:EndBehavior',
-    'ValidationMode': 'rlds_reverb.core.types:ValidationMode',
+    # Modules that are part of the public API under short names.
+    'checkpoints': 'rlds_reverb.serve.checkpoints',
+    'items': 'rlds_reverb.transform.items',
+    'observers': 'rlds_reverb.write.observers',
+    'priorities': 'rlds_reverb.learn.priorities',
+    'sampling': 'rlds_reverb.learn.sampling',
+    'tables': 'rlds_reverb.serve.tables',
+    # Functions, classes and every error class (rlds_reverb.core.errors).
+    'CheckpointError': 'rlds_reverb.core.errors:CheckpointError',
+    'D4rlFileError': 'rlds_reverb.core.errors:D4rlFileError',
+    'DistributedPushError': 'rlds_reverb.core.errors:DistributedPushError',
+    'EmptyTableError': 'rlds_reverb.core.errors:EmptyTableError',
+    'EpisodeTooLongError': 'rlds_reverb.core.errors:EpisodeTooLongError',
+    'ExportError': 'rlds_reverb.core.errors:ExportError',
     'InvalidEpisodeError': 'rlds_reverb.core.errors:InvalidEpisodeError',
+    'MinariFormatError': 'rlds_reverb.core.errors:MinariFormatError',
+    'PushError': 'rlds_reverb.core.errors:PushError',
+    'ResumeError': 'rlds_reverb.core.errors:ResumeError',
+    'ReverbConnectionError': 'rlds_reverb.core.errors:ReverbConnectionError',
+    'ReverbTimeoutError': 'rlds_reverb.core.errors:ReverbTimeoutError',
     'RldsReverbError': 'rlds_reverb.core.errors:RldsReverbError',
     'SourceError': 'rlds_reverb.core.errors:SourceError',
     'SourceNotFoundError': 'rlds_reverb.core.errors:SourceNotFoundError',
     'SpecMismatchError': 'rlds_reverb.core.errors:SpecMismatchError',
+    'TableError': 'rlds_reverb.core.errors:TableError',
+    'TableTooSmallError': 'rlds_reverb.core.errors:TableTooSmallError',
     'create_trajectory_data_spec': 'rlds_reverb.core.specs:create_trajectory_data_spec',
     'get_rlds_step_features': 'rlds_reverb.core.specs:get_rlds_step_features',
+    'EndBehavior': 'rlds_reverb.core.types:EndBehavior',
+    'ValidationMode': 'rlds_reverb.core.types:ValidationMode',
     'load': 'rlds_reverb.read.loading:load',
-    'validate': 'rlds_reverb.check.validation:validate',
-    'ValidationReport': 'rlds_reverb.check.validation:ValidationReport',
     'write_report': 'rlds_reverb.check.report_html:write_report',
+    'ValidationReport': 'rlds_reverb.check.validation:ValidationReport',
+    'validate': 'rlds_reverb.check.validation:validate',
     'convert_rlds_to_trajectories': 'rlds_reverb.transform.convert:convert_rlds_to_trajectories',
     'PushOptions': 'rlds_reverb.write.options:PushOptions',
     'PushStats': 'rlds_reverb.write.push:PushStats',
     'push': 'rlds_reverb.write.push:push',
     'push_rlds_to_reverb': 'rlds_reverb.write.push:push_rlds_to_reverb',
     'seed_server': 'rlds_reverb.write.seed:seed_server',
-    'ExportError': 'rlds_reverb.core.errors:ExportError',
-    'export_table': 'rlds_reverb.export.reverb_export:export_table',
-    'RldsRecorder': 'rlds_reverb.export.recorder:RldsRecorder',
-    'save_as_rlds': 'rlds_reverb.export.rlds_copy:save_as_rlds',
     'ServerStatus': 'rlds_reverb.serve.status:ServerStatus',
     'fetch_server_status': 'rlds_reverb.serve.status:fetch_server_status',
+    'LearnerDataset': 'rlds_reverb.learn.sampling:LearnerDataset',
+    'SampleBatch': 'rlds_reverb.learn.sampling:SampleBatch',
+    'RldsRecorder': 'rlds_reverb.export.recorder:RldsRecorder',
+    'export_table': 'rlds_reverb.export.reverb_export:export_table',
+    'save_as_rlds': 'rlds_reverb.export.rlds_copy:save_as_rlds',
     # Needs the `beam` extra (Apache Beam); imported only when used.
     'push_with_beam': 'rlds_reverb.distribute.pipeline:push_with_beam',
 }
 
 __all__ = [
+    'CheckpointError',
+    'D4rlFileError',
+    'DistributedPushError',
+    'EmptyTableError',
     'EndBehavior',
+    'EpisodeTooLongError',
     'ExportError',
     'InvalidEpisodeError',
+    'LearnerDataset',
+    'MinariFormatError',
+    'PushError',
     'PushOptions',
     'PushStats',
+    'ResumeError',
+    'ReverbConnectionError',
+    'ReverbTimeoutError',
     'RldsRecorder',
     'RldsReverbError',
+    'SampleBatch',
     'ServerStatus',
     'SourceError',
     'SourceNotFoundError',
     'SpecMismatchError',
+    'TableError',
+    'TableTooSmallError',
     'ValidationMode',
     'ValidationReport',
     '__version__',
@@ -111,12 +152,24 @@ if TYPE_CHECKING:
     from rlds_reverb.check.report_html import write_report as write_report
     from rlds_reverb.check.validation import ValidationReport as ValidationReport
     from rlds_reverb.check.validation import validate as validate
+    from rlds_reverb.core.errors import CheckpointError as CheckpointError
+    from rlds_reverb.core.errors import D4rlFileError as D4rlFileError
+    from rlds_reverb.core.errors import DistributedPushError as DistributedPushError
+    from rlds_reverb.core.errors import EmptyTableError as EmptyTableError
+    from rlds_reverb.core.errors import EpisodeTooLongError as EpisodeTooLongError
     from rlds_reverb.core.errors import ExportError as ExportError
     from rlds_reverb.core.errors import InvalidEpisodeError as InvalidEpisodeError
+    from rlds_reverb.core.errors import MinariFormatError as MinariFormatError
+    from rlds_reverb.core.errors import PushError as PushError
+    from rlds_reverb.core.errors import ResumeError as ResumeError
+    from rlds_reverb.core.errors import ReverbConnectionError as ReverbConnectionError
+    from rlds_reverb.core.errors import ReverbTimeoutError as ReverbTimeoutError
     from rlds_reverb.core.errors import RldsReverbError as RldsReverbError
     from rlds_reverb.core.errors import SourceError as SourceError
     from rlds_reverb.core.errors import SourceNotFoundError as SourceNotFoundError
     from rlds_reverb.core.errors import SpecMismatchError as SpecMismatchError
+    from rlds_reverb.core.errors import TableError as TableError
+    from rlds_reverb.core.errors import TableTooSmallError as TableTooSmallError
     from rlds_reverb.core.specs import create_trajectory_data_spec as create_trajectory_data_spec
     from rlds_reverb.core.specs import get_rlds_step_features as get_rlds_step_features
     from rlds_reverb.core.types import EndBehavior as EndBehavior
@@ -127,6 +180,8 @@ if TYPE_CHECKING:
     from rlds_reverb.export.rlds_copy import save_as_rlds as save_as_rlds
     from rlds_reverb.learn import priorities as priorities
     from rlds_reverb.learn import sampling as sampling
+    from rlds_reverb.learn.sampling import LearnerDataset as LearnerDataset
+    from rlds_reverb.learn.sampling import SampleBatch as SampleBatch
     from rlds_reverb.read.loading import load as load
     from rlds_reverb.serve import checkpoints as checkpoints
     from rlds_reverb.serve import tables as tables

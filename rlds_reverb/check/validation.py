@@ -321,7 +321,6 @@ def validate(
     episodes: tf.data.Dataset,
     *,
     on_invalid: types.ValidationMode | str = types.ValidationMode.RAISE,
-    mode: types.ValidationMode | str | None = None,
 ) -> ValidationReport:
     """Validates every episode of an RLDS dataset against the rules of docs/semantics.md §2.
 
@@ -338,7 +337,6 @@ def validate(
       on_invalid: `'raise'` (default) stops at the first invalid episode; `'skip'` and
         `'report'` walk the whole dataset and list every problem (with `'skip'`, the invalid
         episodes are the ones a converter or push would drop: `report.invalid_episodes`).
-      mode: The deprecated name of `on_invalid` (0.1); works until 0.3.
 
     Returns:
       A `ValidationReport`.
@@ -354,7 +352,7 @@ def validate(
       >>> report = rlds_reverb.validate(episodes, on_invalid='report')
       >>> print(report.format())
     """
-    mode = types.parse_on_invalid(on_invalid, mode=mode, function='validate')
+    mode = types.as_enum(types.ValidationMode, on_invalid, argument='on_invalid')
     step_spec = specs.get_step_spec(episodes)
     checker = EpisodeChecker(step_spec)
     counts = _count_from_records(episodes, step_spec)

@@ -21,7 +21,6 @@ __all__ = [
     'compute_terminal_discounts',
     'episode_length',
     'to_episode_tensors',
-    'to_rlds_episodes',
 ]
 
 # tf.data's batch size for "the whole episode": larger than any episode.
@@ -291,21 +290,6 @@ def gather_windows(steps: types.Nest, index: tf.Tensor, valid: tf.Tensor) -> typ
         return tf.where(expand_like(valid, gathered), gathered, tf.zeros_like(gathered))
 
     return tf.nest.map_structure(_gather, steps)
-
-
-def to_rlds_episodes(episode_tensors: tf.data.Dataset) -> EpisodeDataset:
-    """Maps a dataset of whole-episode step tensors back to an RLDS dataset.
-
-    Args:
-      episode_tensors: A dataset of nests of `[T, ...]` tensors.
-
-    Returns:
-      An RLDS dataset with one episode per element, its `steps` sliced along time (its tensor
-      form remembered, see `from_whole_episodes`).
-    """
-    return from_whole_episodes(
-        episode_tensors.map(without_autograph(lambda steps: {types.STEPS: steps}))
-    )
 
 
 def compute_terminal_discounts(steps: types.Nest) -> types.Nest:

@@ -14,12 +14,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
-
-from rlds_reverb.core import deprecation
-
-if TYPE_CHECKING:
-    import tensorflow as tf
+from typing import Any
 
 __all__ = [
     'ACTION',
@@ -27,7 +22,6 @@ __all__ = [
     'DATA_VERSION',
     'DISCOUNT',
     'EPISODE_ID',
-    'EPISODE_INDEX',
     'EndBehavior',
     'Episode',
     'EpisodeOverflow',
@@ -81,7 +75,6 @@ VALUE = 'value'
 MASK = 'mask'
 IS_BURN_IN = 'is_burn_in'
 DATA_VERSION = 'data_version'
-EPISODE_INDEX = 'episode_index'
 # Added to every step by `push(..., add_ids=True)` (rlds_reverb.transform.carry).
 EPISODE_ID = 'episode_id'
 STEP_INDEX = 'step_index'
@@ -128,29 +121,6 @@ class ValidationMode(enum.Enum):
     RAISE = 'raise'
     SKIP = 'skip'
     REPORT = 'report'
-
-
-def parse_on_invalid(
-    on_invalid: ValidationMode | str, *, mode: ValidationMode | str | None = None, function: str
-) -> ValidationMode:
-    """Returns the `on_invalid=` mode, accepting the deprecated `mode=` keyword of 0.1.
-
-    Args:
-      on_invalid: A `ValidationMode`, or its value or name.
-      mode: The deprecated name of the same option; when given (not None) it wins, with a
-        `DeprecationWarning`.
-      function: The public function's name, for the messages.
-
-    Returns:
-      The mode.
-
-    Raises:
-      ValueError: If the value names no mode; the message lists the valid ones.
-    """
-    if mode is not None:
-        deprecation.warn_renamed_argument('mode', 'on_invalid', function=function)
-        on_invalid = mode
-    return as_enum(ValidationMode, on_invalid, argument='on_invalid')
 
 
 class ExtraFields(enum.Enum):
@@ -246,10 +216,3 @@ def as_enum(enum_type: type[enum.Enum], value: Any, *, argument: str) -> Any:
             return member
     valid = ', '.join(repr(m.value) for m in enum_type)
     raise ValueError(f'{argument}={value!r} is not valid; expected one of {valid}.')
-
-
-def is_floating(dtype: tf.dtypes.DType) -> bool:
-    """Returns whether `dtype` is a floating-point dtype."""
-    import tensorflow as tf  # Late: this module loads without TensorFlow.
-
-    return tf.as_dtype(dtype).is_floating

@@ -597,7 +597,7 @@ def export_table(
       >>> episodes = rlds_reverb.load('/data/replay_rlds/1.0.0')
     """
     started = time.perf_counter()
-    mode = types.parse_on_invalid(on_invalid, function='export_table')
+    mode = types.as_enum(types.ValidationMode, on_invalid, argument='on_invalid')
     if mode is types.ValidationMode.REPORT:
         raise ValueError("on_invalid='report' is not an export mode; use 'raise' or 'skip'.")
     if isinstance(episode_fields, str):

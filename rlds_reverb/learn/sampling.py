@@ -56,7 +56,7 @@ import reverb
 import tensorflow as tf
 import tree
 
-from rlds_reverb.core import checks, deprecation, types
+from rlds_reverb.core import checks, types
 from rlds_reverb.core.episodes import without_autograph
 from rlds_reverb.core.errors import EmptyTableError, TableError
 from rlds_reverb.learn import priorities
@@ -94,7 +94,6 @@ DEFAULT_WORKERS_PER_ITERATOR = 4
 IN_FLIGHT_BATCHES_PER_WORKER = 2
 MIN_IN_FLIGHT_SAMPLES_PER_WORKER = 256
 # Starts the message of the error a timed-out table raises inside the pipeline.
-EMPTY_TABLE_MARKER = 'Reverb table'
 
 
 class SampleBatch(NamedTuple):
@@ -302,7 +301,7 @@ def _make_empty_table_error(table: str, timeout_ms: int, element_spec: Any) -> t
     unknown dimensions (an `Image()` of shape `(None, None, 3)`) are 0.
     """
     message = (
-        f'{EMPTY_TABLE_MARKER} {table} gave no sample within rate_limiter_timeout_ms={timeout_ms}: '
+        f'Reverb table {table} gave no sample within rate_limiter_timeout_ms={timeout_ms}: '
         'the table is empty (or its rate limiter blocks sampling, for example min_size_to_sample '
         'not reached or every item sampled max_times_sampled times). Push items first.'
     )
@@ -438,8 +437,6 @@ class LearnerDataset:
       rate_limiter_timeout_ms: How long a table may block sampling before the iterator
         fails with "table is empty"; -1 waits forever.
       server_info_timeout_ms: Timeout of the server-info call made here (per server).
-      server_info_timeout_s: The deprecated form of `server_info_timeout_ms`, in seconds
-        (works until 0.3, with a `DeprecationWarning`); when given it wins.
 
     Raises:
       ValueError: If the ratios are invalid (negative, not finite, or not summing to a
@@ -475,20 +472,11 @@ class LearnerDataset:
         prefetch_batches: int = tf.data.AUTOTUNE,
         rate_limiter_timeout_ms: int = -1,
         server_info_timeout_ms: int = DEFAULT_SERVER_INFO_TIMEOUT_MS,
-        server_info_timeout_s: int | None = None,
     ):
         priorities.check_beta(beta)
         if sequence_length is not None:
             checks.check_int_at_least(sequence_length, 1, argument='sequence_length')
         checks.check_int_at_least(rate_limiter_timeout_ms, -1, argument='rate_limiter_timeout_ms')
-        if server_info_timeout_s is not None:
-            deprecation.warn_renamed_argument(
-                'server_info_timeout_s',
-                'server_info_timeout_ms',
-                function='LearnerDataset',
-                values='in milliseconds: 1000 times the seconds',
-            )
-            server_info_timeout_ms = 1000 * server_info_timeout_s
         self.server_addresses = _check_addresses(server_address)
         self.server_address = self.server_addresses[0]
         all_counts = compute_mix_counts(tables, batch_size)

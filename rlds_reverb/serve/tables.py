@@ -13,7 +13,7 @@ from collections.abc import Sequence
 import reverb
 import tensorflow as tf
 
-from rlds_reverb.core import checks, deprecation, types
+from rlds_reverb.core import checks, types
 from rlds_reverb.core.errors import TableError
 from rlds_reverb.core.specs import PolicyInfoFn
 from rlds_reverb.transform import carry
@@ -28,16 +28,6 @@ __all__ = [
     'signature_for',
     'uniform',
 ]
-
-# 0.1 had the table lookups here; they live in `rlds_reverb.serve.table_info` now.
-__getattr__ = deprecation.make_moved_getattr(
-    __name__,
-    dict.fromkeys(
-        ('fetch_table_info', 'check_signature', 'count_free_slots'),
-        'rlds_reverb.serve.table_info',
-    ),
-)
-
 
 # Defined with the vocabulary, so that the command line's parser loads without TensorFlow.
 TablePreset = types.TablePreset

@@ -169,7 +169,7 @@ def convert_episodes_to_trajectories(
       ValueError: If no RLDS steps exist, the step spec is invalid, or `on_invalid` or
         `extra_fields` is unknown (`'report'` converts nothing: call `rlds_reverb.validate`).
     """
-    mode = types.parse_on_invalid(on_invalid, function='convert_rlds_to_trajectories')
+    mode = types.as_enum(types.ValidationMode, on_invalid, argument='on_invalid')
     extra_fields = types.as_enum(types.ExtraFields, extra_fields, argument='extra_fields')
     if mode is types.ValidationMode.REPORT:
         raise ValueError(
@@ -224,7 +224,6 @@ def convert_rlds_to_trajectories(
     *,
     extra_fields: types.ExtraFields | str = types.ExtraFields.DROP,
     on_invalid: types.ValidationMode | str = types.ValidationMode.RAISE,
-    mode: types.ValidationMode | str | None = None,
     batch_size: int | None = None,
     drop_remainder: bool = False,
 ) -> tf.data.Dataset:
@@ -240,7 +239,6 @@ def convert_rlds_to_trajectories(
         TF-Agents) or carry them as `'policy_info'` (`types.ExtraFields`; give
         `create_trajectory_data_spec` the same).
       on_invalid: `'raise'` (default) or `'skip'` for invalid episodes.
-      mode: The deprecated name of `on_invalid` (0.1); works until 0.3.
       batch_size: If set, the trajectories come in batches of this many steps (crossing
         episodes, in step order), exactly as `.batch(batch_size)` would give them, but cut
         from whole episodes in C++ (`Dataset.rebatch`) instead of one step at a time.
@@ -263,9 +261,7 @@ def convert_rlds_to_trajectories(
     """
     if batch_size is not None:
         checks.check_int_at_least(batch_size, 1, argument='batch_size')
-    on_invalid = types.parse_on_invalid(
-        on_invalid, mode=mode, function='convert_rlds_to_trajectories'
-    )
+    on_invalid = types.as_enum(types.ValidationMode, on_invalid, argument='on_invalid')
     with specs.use_tf_agents_messages():
         per_episode = convert_episodes_to_trajectories(
             rlds_data,

@@ -89,7 +89,7 @@ class PushOptions:
         _check_priority(self.priority, self.item)
         checks.check_int_at_least(self.timeout_ms, 1, argument='timeout_ms')
         checks.check_int_at_least(self.max_in_flight_items, 1, argument='max_in_flight_items')
-        mode = types.parse_on_invalid(self.on_invalid, function='push')
+        mode = types.as_enum(types.ValidationMode, self.on_invalid, argument='on_invalid')
         if mode is types.ValidationMode.REPORT:
             raise ValueError("on_invalid='report' writes nothing; call rlds_reverb.validate().")
         set_field(self, 'on_invalid', mode)

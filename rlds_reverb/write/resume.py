@@ -4,13 +4,11 @@ A push writes episodes in order, and each valid episode gives a known number of 
 number of items a table has ever had inserted (its rate limiter's insert count, which a
 Reverb checkpoint saves and restores) therefore says how many whole episodes it holds:
 
-* `find_resume_episode` matches that count against the dataset's per-episode item counts
-  and returns the index of the first episode the table does not hold. A count that falls
-  inside an episode means that episode was partly written; `ResumeError` names it.
-* `find_resume_point` does the same at item level: it also says how many items of a
-  partly written episode the table already holds, and `write_remaining_items` writes the
-  rest of that episode (items are inserted in a fixed order, by the row they end at), so a
-  writer killed in the middle of an episode resumes exactly too.
+* `find_resume_point` matches that count against the dataset's per-episode item counts
+  and returns the first episode the table does not hold whole, with how many of its items
+  it holds; `write_remaining_items` writes the rest of that episode (items are inserted in a
+  fixed order, by the row they end at), so a writer killed in the middle of an episode
+  resumes exactly too.
 * `push_resumable` pushes from that point on, in chunks of `checkpoint_every` episodes,
   and checkpoints the server after each chunk. A server restarted from its latest
   checkpoint then holds whole episodes only, and the next `push_resumable` continues
@@ -24,11 +22,10 @@ from __future__ import annotations
 
 import dataclasses
 
-import numpy as np
 import reverb
 import tensorflow as tf
 
-from rlds_reverb.core import deprecation, errors
+from rlds_reverb.core import errors
 from rlds_reverb.serve import table_info
 from rlds_reverb.transform import items
 from rlds_reverb.transform.plans import count_items_per_episode
@@ -49,7 +46,6 @@ __all__ = [
     'count_inserted',
     'count_items_per_episode',
     'drop_first_items',
-    'find_resume_episode',
     'find_resume_point',
     'order_items',
     'push_resumable',
@@ -61,57 +57,20 @@ __all__ = [
 ResumeError = errors.ResumeError
 
 
-def count_inserted(
-    client: reverb.Client, table: str, *, timeout_ms: int = 10_000, timeout_s: int | None = None
-) -> int:
+def count_inserted(client: reverb.Client, table: str, *, timeout_ms: int = 10_000) -> int:
     """Returns how many items `table` has ever had inserted (restored with a checkpoint).
 
     Args:
       client: The Reverb client.
       table: The table.
       timeout_ms: The most the server may take to answer.
-      timeout_s: The deprecated 0.1 form of `timeout_ms` (works until 0.3).
 
     Raises:
       ReverbConnectionError: If the server does not answer within `timeout_ms`.
       TableError: If there is no such table.
     """
-    if timeout_s is not None:
-        deprecation.warn_renamed_argument('timeout_s', 'timeout_ms', function='count_inserted')
-        timeout_ms = 1000 * timeout_s
     return table_info.count_inserted(
         table_info.fetch_table_info(client, table, timeout_ms=timeout_ms)
-    )
-
-
-def find_resume_episode(inserted: int, counts: np.ndarray) -> int:
-    """Returns the first episode index a table with `inserted` items does not hold.
-
-    Episodes that give no items (invalid, or too short) are skipped over: pushing them
-    again writes nothing.
-
-    Raises:
-      ResumeError: If `inserted` falls inside an episode, or exceeds the dataset's items.
-    """
-    ends = np.cumsum(counts)
-    whole = int(np.searchsorted(ends, inserted, side='right'))
-    held = int(ends[whole - 1]) if whole else 0
-    if held == inserted:
-        return whole
-    if whole == len(counts):
-        raise ResumeError(
-            f'The table holds {inserted} items, more than the {held} items of the whole '
-            'dataset: it holds other data; push into an empty table instead.',
-            episodes_written=whole,
-            items_written=inserted,
-        )
-    raise ResumeError(
-        f'The table holds {inserted} items: episodes 0..{whole - 1} whole ({held} items) and '
-        f'{inserted - held} of the {int(counts[whole])} items of episode {whole}, which was '
-        'partly written. No episode index resumes it exactly; restart the server from a '
-        'checkpoint written by push_resumable, or push into an empty table.',
-        episodes_written=whole,
-        items_written=inserted,
     )
 
 

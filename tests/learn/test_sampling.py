@@ -389,7 +389,7 @@ def test_iterators_split_each_stream_count_exactly(client):
 
 def test_server_info_timeout_is_in_milliseconds():
     # A listening socket that never speaks gRPC: the server-info call waits out its timeout,
-    # which the error names in milliseconds. (The 0.1 seconds form: tests/core/test_deprecation.py.)
+    # which the error names in milliseconds.
     with socket.socket() as listener:
         listener.bind(('localhost', 0))
         listener.listen()

@@ -138,7 +138,8 @@ def test_killed_server_mid_push_then_resume_writes_every_episode_exactly_once(
         restored = resume.count_inserted(client, _TABLE)
         assert restored % (_CHUNK * items_per_episode) == 0  # Whole chunks only.
         assert restored <= written * items_per_episode
-        start = resume.find_resume_episode(restored, np.full(_EPISODES, items_per_episode))
+        start, partial = resume.find_resume_point(restored, np.full(_EPISODES, items_per_episode))
+        assert partial == 0  # Whole chunks only.
         resume_argv = ['push', indexed_dir, '--server', address, '--table', _TABLE]
         code, out, _ = run_cli(*resume_argv, '--no-progress', '--resume')
         assert code == 0, out
@@ -152,10 +153,11 @@ def test_killed_server_mid_push_then_resume_writes_every_episode_exactly_once(
     assert set(origins) == expected
 
 
-def test_resume_refuses_a_table_holding_part_of_an_episode():
-    with pytest.raises(resume.ResumeError, match='episodes 0..1 whole .6 items. and 2 of the 3'):
-        resume.find_resume_episode(8, np.array([3, 3, 3, 3]))
-    assert resume.find_resume_episode(6, np.array([3, 3, 0, 3])) == 3
+def test_resume_point_names_the_partly_written_episode_and_its_items():
+    assert resume.find_resume_point(8, np.array([3, 3, 3, 3])) == (2, 2)
+    assert resume.find_resume_point(6, np.array([3, 3, 0, 3])) == (3, 0)
+    with pytest.raises(resume.ResumeError, match='more than the 12 items of the whole dataset'):
+        resume.find_resume_point(13, np.array([3, 3, 3, 3]))
 
 
 def _ratio_table(signature) -> reverb.Table:

@@ -1,5 +1,5 @@
-"""The declared API: static re-exports, `__all__` everywhere, errors in one module, and the
-0.1 shims gone by the release that announced their removal.
+"""The declared API: static re-exports, `__all__` everywhere, errors in one module and all
+reachable from `rlds_reverb`, and no 0.1 shim left (removed in 0.3).
 
 The checks read the source (AST) where they can, so they need no TensorFlow and stay fast.
 """
@@ -16,7 +16,7 @@ import sys
 import pytest
 
 import rlds_reverb
-from rlds_reverb.core import deprecation, errors
+from rlds_reverb.core import errors
 
 _ROOT = pathlib.Path(__file__).resolve().parents[2]
 _INIT = _ROOT / 'rlds_reverb' / '__init__.py'
@@ -106,10 +106,62 @@ def test_static_reexports_all_and_lazy_table_agree():
     assert set(declared) == {'__version__', *rlds_reverb._EXPORTS}  # noqa: SLF001
 
 
-def test_short_module_names_are_the_public_aliases():
-    short = {old.rpartition('.')[2]: new for old, new in deprecation.PUBLIC_ALIASES.items()}
+_SHORT_MODULES = {
+    'checkpoints': 'rlds_reverb.serve.checkpoints',
+    'items': 'rlds_reverb.transform.items',
+    'observers': 'rlds_reverb.write.observers',
+    'priorities': 'rlds_reverb.learn.priorities',
+    'sampling': 'rlds_reverb.learn.sampling',
+    'tables': 'rlds_reverb.serve.tables',
+}
+
+
+def test_short_module_names_are_the_room_modules():
     static = _static_exports()
-    assert {name: static[name] for name in short} == short
+    assert {name: static[name] for name in _SHORT_MODULES} == _SHORT_MODULES
+    for name, module in _SHORT_MODULES.items():
+        assert getattr(rlds_reverb, name) is importlib.import_module(module)
+
+
+def test_every_error_class_and_the_learner_are_reachable_from_the_package():
+    for name in errors.__all__:
+        assert getattr(rlds_reverb, name) is getattr(errors, name), name
+        assert name in rlds_reverb.__all__
+    assert rlds_reverb.LearnerDataset.__name__ == 'LearnerDataset'
+    try:
+        raise rlds_reverb.PushError('x', episodes_written=0, items_written=0)
+    except rlds_reverb.RldsReverbError as e:
+        assert isinstance(e, rlds_reverb.PushError)
+
+
+def test_the_package_docstring_starts_with_the_verbs_in_data_flow_order():
+    doc = rlds_reverb.__doc__
+    verbs = ['load', 'validate', 'adders', 'push', 'LearnerDataset', 'export']
+    positions = [doc.index(f'\n    {verb} ') for verb in verbs]
+    assert positions == sorted(positions), positions
+    assert positions[0] < doc.index('core/')
+
+
+def test_import_rlds_reverb_has_no_side_effects_beyond_names(subprocess_env):
+    code = (
+        'import sys\n'
+        'finders = list(sys.meta_path); hooks = list(sys.path_hooks)\n'
+        'import rlds_reverb\n'
+        'assert sys.meta_path == finders and sys.path_hooks == hooks\n'
+        'import importlib.util\n'
+        "assert importlib.util.find_spec('rlds_reverb.writers') is None\n"
+        "assert importlib.util.find_spec('rlds_reverb.items') is None\n"
+        "print('ok')"
+    )
+    out = subprocess.run(
+        [sys.executable, '-c', code],
+        env=subprocess_env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    assert out.stdout.strip() == 'ok'
 
 
 def test_the_typed_usage_file_uses_every_public_name():
@@ -223,48 +275,18 @@ def test_moved_errors_keep_their_old_names(module_name):
         assert name in module.__all__
 
 
-def _parse_version(text: str) -> tuple[int, ...]:
-    return tuple(int(part) for part in re.findall(r'\d+', text.split('rc')[0])[:3])
+_SHIM_CALLS = ('make_moved_getattr', 'warn_renamed_argument', 'install_moved_module_finder')
 
 
-def _list_shims() -> list[str]:
-    """Every deprecated path still served: moved modules, moved names, renamed arguments."""
-    shims = [f'module {old}' for old in sorted(deprecation.MOVED_MODULES)]
+def test_no_deprecated_path_or_argument_remains():
+    assert rlds_reverb.__version__ >= '0.3'
+    assert not (_ROOT / 'rlds_reverb' / 'core' / 'deprecation.py').exists()
+    found = []
     for path in _package_files():
-        if path.name == 'deprecation.py':
-            continue
         for node in ast.walk(ast.parse(path.read_text())):
-            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(
-                ('make_moved_getattr', 'warn_renamed_argument')
-            ):
-                shims.append(f'{_module_name(path)}:{node.lineno} {ast.unparse(node.func)}')
-    return shims
-
-
-def _list_outlived_shims(version: str) -> list[str]:
-    """The shims still there at `version`, if it is the release that removes them."""
-    if _parse_version(version) >= _parse_version(deprecation.REMOVED_IN):
-        return _list_shims()
-    return []
-
-
-def test_deprecated_paths_do_not_outlive_their_announced_removal():
-    outlived = _list_outlived_shims(rlds_reverb.__version__)
-    assert not outlived, (
-        f'rlds-reverb {rlds_reverb.__version__} keeps paths announced as removed in '
-        f'{deprecation.REMOVED_IN}; remove them (and their tests): {outlived}'
-    )
-
-
-def test_the_removal_check_trips_at_the_removal_release():
-    shims = _list_shims()
-    assert _list_outlived_shims(f'{deprecation.REMOVED_IN}.0') == shims
-    assert _list_outlived_shims('0.2.0') == []
-    if _parse_version(rlds_reverb.__version__) < _parse_version(deprecation.REMOVED_IN):
-        assert shims, 'the 0.1 paths are still served, and found'
-
-
-def test_version_is_not_behind_the_release_the_shims_name():
-    # The shims say the modules "moved in rlds-reverb 0.2" (version.py said 0.1.0).
-    assert _parse_version(rlds_reverb.__version__) >= (0, 2)
-    assert 'in rlds-reverb 0.2;' in pathlib.Path(deprecation.__file__).read_text()
+            if isinstance(node, ast.Call) and ast.unparse(node.func).endswith(_SHIM_CALLS):
+                found.append(f'{_module_name(path)}:{node.lineno}')
+            text = ast.unparse(node) if isinstance(node, ast.Call) else ''
+            if text.startswith('warnings.warn(') and 'DeprecationWarning' in text:
+                found.append(f'{_module_name(path)}:{node.lineno} DeprecationWarning')
+    assert found == []

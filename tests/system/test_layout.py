@@ -1,4 +1,5 @@
-"""The package layout: every module imports only its own layer and the layers below, no cycles.
+"""The package layout: every module imports only its own layer and the layers below, no cycles,
+and docs/architecture.md lists every module.
 
 Layers, bottom-up: `_LAYERS` below, the one place the order is written; docs/architecture.md
 and the package docstring list the same order (checked here). Imports inside functions count
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -162,3 +164,16 @@ def test_architecture_page_and_package_docstring_list_the_layers_in_order():
     architecture = page.split('```')[1]
     assert _listed_rooms(architecture, '  ') == list(_LAYERS)
     assert _listed_rooms(rlds_reverb.__doc__, '    ') == list(_LAYERS)
+
+
+def test_architecture_page_lists_every_module_once():
+    page = (_ROOT / 'docs' / 'architecture.md').read_text()
+    listed = re.findall(r'^- `((?:rlds_reverb|adders)/[\w/]+\.py)`: \S', page, flags=re.MULTILINE)
+    assert len(listed) == len(set(listed)), 'a module listed twice'
+    actual = {
+        str(path.relative_to(_ROOT))
+        for path in [*(_ROOT / 'rlds_reverb').rglob('*.py'), *(_ROOT / 'adders').rglob('*.py')]
+        if path.name not in ('__init__.py', '__main__.py')
+    }
+    assert sorted(actual - set(listed)) == [], 'modules missing from docs/architecture.md'
+    assert sorted(set(listed) - actual) == [], 'docs/architecture.md lists modules that are gone'

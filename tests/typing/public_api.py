@@ -74,6 +74,23 @@ def handle_errors(directory: str) -> str:
         return '\n'.join(error.differences)
     except rlds_reverb.ExportError as error:
         return str(error)
+    except rlds_reverb.PushError as error:
+        written: int = error.episodes_written
+        return str(written)
+    except (
+        rlds_reverb.CheckpointError,
+        rlds_reverb.D4rlFileError,
+        rlds_reverb.DistributedPushError,
+        rlds_reverb.EmptyTableError,
+        rlds_reverb.EpisodeTooLongError,
+        rlds_reverb.MinariFormatError,
+        rlds_reverb.ResumeError,
+        rlds_reverb.ReverbConnectionError,
+        rlds_reverb.ReverbTimeoutError,
+        rlds_reverb.TableError,
+        rlds_reverb.TableTooSmallError,
+    ) as error:
+        return str(error)
     except rlds_reverb.RldsReverbError as error:
         return str(error)
     return rlds_reverb.__version__
@@ -121,3 +138,11 @@ def watch_a_server(address: str) -> str:
     wrong: str = replay.inserts  # type: ignore[assignment]
     del wrong
     return f'{snapshot.format()}\n{fill:.0%} {mean} {snapshot.to_json()["address"]}'
+
+
+def sample(address: str) -> None:
+    """The learner dataset, from the package."""
+    spec = rlds_reverb.tables.signature_for(items.TwoStep(), rlds_reverb.load('/data'))
+    learner = rlds_reverb.LearnerDataset(address, 'replay', data_spec=spec, batch_size=32)
+    batch: rlds_reverb.SampleBatch = next(iter(learner.as_dataset()))
+    del batch
