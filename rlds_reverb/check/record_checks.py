@@ -24,11 +24,10 @@ from typing import NamedTuple
 import numpy as np
 import tensorflow as tf
 import tree
-from tensorflow_datasets.core import example_parser
 
 from rlds_reverb.check import rules
 from rlds_reverb.check.rules import Rule
-from rlds_reverb.core import types
+from rlds_reverb.core import compat, types
 from rlds_reverb.read import records
 
 __all__ = [
@@ -70,7 +69,7 @@ def _record_key(path: tuple) -> str:
 
 def _plan_checks(serialized_steps: dict, step_spec: dict) -> _Plan | None:
     """Returns the plan, or None unless every step field parses straight to its tensor."""
-    flat_specs = example_parser.ExampleParser({types.STEPS: serialized_steps}).flat_feature_specs
+    flat_specs = compat.make_example_parser({types.STEPS: serialized_steps}).flat_feature_specs
     decoded_specs = dict(tree.flatten_with_path(step_spec))
     ragged_specs, step_shapes, step_sizes = {}, {}, {}
     for path, info in tree.flatten_with_path(serialized_steps):

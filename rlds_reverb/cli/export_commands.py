@@ -16,6 +16,7 @@ from __future__ import annotations
 import argparse
 
 from rlds_reverb.cli import common
+from rlds_reverb.core import timeouts
 
 __all__ = [
     'add_export_parser',
@@ -146,7 +147,7 @@ def add_export_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument('--max-length', type=int, default=1000, help='episode: steps per item')
     parser.add_argument('--name', default='reverb_export', help='the TFDS dataset name')
-    parser.add_argument('--timeout-ms', type=int, default=60_000)
+    parser.add_argument('--timeout-ms', type=int, default=timeouts.EXPORT_MS)
     parser.add_argument('--no-progress', action='store_true', help='hide the progress bar')
     parser.set_defaults(handler=_export)
     return parser

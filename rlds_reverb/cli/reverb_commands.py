@@ -34,6 +34,7 @@ import sys
 import threading
 
 from rlds_reverb.cli import common
+from rlds_reverb.core import timeouts
 
 __all__ = [
     'add_push_parser',
@@ -406,7 +407,7 @@ def add_push_parser(subparsers) -> argparse.ArgumentParser:
         '--direct-num-workers', type=int, default=None, help='DirectRunner worker processes'
     )
     parser.add_argument('--workers', type=int, default=1, help='processes (dataset shards)')
-    parser.add_argument('--timeout-ms', type=int, default=60_000)
+    parser.add_argument('--timeout-ms', type=int, default=timeouts.PUSH_MS)
     parser.add_argument('--allow-eviction', action='store_true')
     parser.add_argument('--no-progress', action='store_true', help='hide the progress bar')
     parser.add_argument(

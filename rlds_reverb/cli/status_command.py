@@ -19,6 +19,7 @@ import sys
 import time
 
 from rlds_reverb.cli import common
+from rlds_reverb.core import timeouts
 
 __all__ = [
     'add_status_parser',
@@ -94,7 +95,7 @@ def add_status_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         '--timeout-ms',
         type=int,
-        default=10_000,
+        default=timeouts.STATUS_MS,
         help='the most the server may take to answer (default 10000)',
     )
     parser.add_argument(

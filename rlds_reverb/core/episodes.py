@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import tensorflow as tf
 
-from rlds_reverb.core import sources, types
+from rlds_reverb.core import compat, sources, types
 
 __all__ = [
     'EpisodeDataset',
@@ -80,14 +80,11 @@ def _to_rlds(whole: tf.data.Dataset) -> tf.data.Dataset:
 def _rlds_element_spec(whole_spec: dict) -> dict:
     """Returns the element spec `_to_rlds` gives whole episodes of `whole_spec`, untraced."""
     # As `from_tensor_slices` derives it: each component's spec without the time axis.
-    step_spec = tf.nest.map_structure(
-        lambda spec: spec._unbatch(),  # noqa: SLF001
-        whole_spec[types.STEPS],
-    )
+    step_spec = tf.nest.map_structure(compat.unbatch_spec, whole_spec[types.STEPS])
     return {**whole_spec, types.STEPS: tf.data.DatasetSpec(step_spec)}
 
 
-class EpisodeDataset(tf.data.Dataset):
+class EpisodeDataset(compat.DeferredDataset):
     """An RLDS dataset that carries the source of its episodes, read as whole tensors.
 
     What `rlds_reverb.load` (for a TFDS source) and the adders return: a real
@@ -122,7 +119,7 @@ class EpisodeDataset(tf.data.Dataset):
             if not tf.executing_eagerly():
                 self._rlds = _to_rlds(self._whole)
         self._element_spec = element_spec
-        super().__init__(variant_tensor=None)  # `_variant_tensor` is the RLDS pipeline's.
+        super().__init__()  # Its variant tensor is the RLDS pipeline's, built on first use.
 
     def _build_whole(self) -> tf.data.Dataset:
         if self._whole is None:
@@ -137,11 +134,10 @@ class EpisodeDataset(tf.data.Dataset):
                 self._rlds = _to_rlds(whole)
         return self._rlds
 
-    @property
-    def _variant_tensor(self):
-        return self._build_rlds()._variant_tensor
+    def _build_pipeline(self) -> tf.data.Dataset:
+        return self._build_rlds()
 
-    def _inputs(self) -> list[tf.data.Dataset]:
+    def _built_inputs(self) -> list[tf.data.Dataset]:
         return [] if self._rlds is None else [self._rlds]
 
     @property

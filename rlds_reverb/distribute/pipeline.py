@@ -66,8 +66,8 @@ from apache_beam.options.pipeline_options import (
 )
 
 from rlds_reverb.check import record_checks, validation
+from rlds_reverb.core import compat, errors, specs, timeouts, types
 from rlds_reverb.core import episodes as episodes_lib
-from rlds_reverb.core import errors, specs, types
 from rlds_reverb.distribute import routing
 from rlds_reverb.read import loading, records
 from rlds_reverb.serve import table_info
@@ -92,7 +92,6 @@ ProgressFn = types.ItemProgressFn  # The 0.1 name.
 _WORKER_ERROR = '[rlds-reverb worker] '
 _PROGRESS_PERIOD_S = 0.5
 # How long a server may take to answer the progress poll and the failure report.
-_PROBE_TIMEOUT_MS = 2_000
 # Shard groups per worker: enough to balance the workers, few enough that each read's fixed
 # set-up (opening the dataset, tracing) is paid a handful of times, not once per shard.
 _GROUPS_PER_WORKER = 2
@@ -599,7 +598,7 @@ def _probe_servers(servers: Sequence[str], table: str) -> dict[str, int | None]:
     for address in servers:
         try:
             info = table_info.fetch_table_info(
-                reverb.Client(address), table, timeout_ms=_PROBE_TIMEOUT_MS
+                reverb.Client(address), table, timeout_ms=timeouts.CHECKPOINT_PROBE_MS
             )
             found[address] = table_info.count_inserted(info)
         except (errors.RldsReverbError, reverb.errors.ReverbError, RuntimeError):
@@ -678,16 +677,7 @@ def _make_runner(options: PipelineOptions):
         not isinstance(runner, str) or runner.lower() not in _DIRECT_RUNNERS
     ):
         return None
-    from apache_beam.portability.api import beam_provision_api_pb2
-    from apache_beam.runners.portability.fn_api_runner import fn_runner
-    from apache_beam.runners.portability.portable_runner import JobServiceHandle
-
-    encoded = JobServiceHandle.encode_pipeline_options(options.get_all_options())
-    return fn_runner.FnApiRunner(
-        provision_info=fn_runner.ExtendedProvisionInfo(
-            beam_provision_api_pb2.ProvisionInfo(pipeline_options=encoded)
-        )
-    )
+    return compat.make_fn_api_runner(options)
 
 
 def build_pipeline(pipeline: beam.Pipeline, job: _Job, shards: list[routing.ShardRange]):

@@ -50,7 +50,7 @@ import tensorflow_datasets as tfds
 import tree
 
 from rlds_reverb.core import episodes as episodes_lib
-from rlds_reverb.core import types
+from rlds_reverb.core import timeouts, types
 from rlds_reverb.core.errors import ExportError
 from rlds_reverb.export import table_copy
 from rlds_reverb.storage import features as features_lib
@@ -535,7 +535,7 @@ def export_table(
     batch_items: int = DEFAULT_BATCH_ITEMS,
     part_rows: int = 200_000,
     max_copy_bytes: int = table_copy.DEFAULT_MAX_COPY_BYTES,
-    timeout_ms: int = 60_000,
+    timeout_ms: int = timeouts.EXPORT_MS,
     progress: types.EpisodeProgressFn | None = None,
 ) -> ExportStats:
     """Writes the items of a Reverb table back out as an RLDS dataset in TFDS format.

@@ -26,19 +26,19 @@ import pathlib
 import shutil
 import tempfile
 from collections.abc import Iterator
+from typing import Any
 
 import reverb
-from reverb.cc import schema_pb2
-from reverb.cc.checkpointing import checkpoint_pb2
-from reverb.platform import checkpointers_lib
-from tensorflow.python.saved_model import nested_structure_coder
 
-from rlds_reverb.core import checks, files
+from rlds_reverb.core import checks, compat, files, timeouts
 from rlds_reverb.core.errors import ExportError
 from rlds_reverb.serve import checkpoints, table_info
 
 # Helpers of the package's other modules only: nothing here is public API.
 __all__: list[str] = []
+
+# Reverb's checkpoint file format (private modules: `compat`).
+_CHECKPOINT_PB2, _SCHEMA_PB2 = compat.reverb_checkpoint_protos()
 
 # The checkpoint's files (their layout is `serve.checkpoints`').
 _TABLES_FILE = checkpoints.TABLES_FILE
@@ -89,11 +89,9 @@ def resolve_checkpoint(path: os.PathLike | str) -> pathlib.Path:
     return latest
 
 
-def _as_queue(
-    table: checkpoint_pb2.PriorityTableCheckpoint, num_items: int
-) -> checkpoint_pb2.PriorityTableCheckpoint:
+def _as_queue(table: Any, num_items: int) -> Any:
     """Returns the table record configured to hand out each item once, oldest first."""
-    queue = checkpoint_pb2.PriorityTableCheckpoint()
+    queue = _CHECKPOINT_PB2.PriorityTableCheckpoint()
     queue.CopyFrom(table)
     queue.max_times_sampled = 1
     for options in (queue.sampler, queue.remover):
@@ -158,7 +156,7 @@ def _write_single_part(source: pathlib.Path, table_name: str, directory: pathlib
     return count
 
 
-def _item_rows(item: schema_pb2.PrioritizedItem) -> int:
+def _item_rows(item: Any) -> int:
     """Returns the rows (steps) one item spans: the length of its first column."""
     if not item.flat_trajectory.columns:
         return 1
@@ -191,7 +189,7 @@ def _write_parts(
     rows, writer = part_rows, None
     try:
         for raw in checkpoints.read_checkpoint_records(source / _ITEMS_FILE, batch=_ITEMS_PER_READ):
-            item = schema_pb2.PrioritizedItem.FromString(raw)
+            item = _SCHEMA_PB2.PrioritizedItem.FromString(raw)
             if item.table != table_name:
                 continue
             if rows >= part_rows:  # Start the next part.
@@ -222,7 +220,7 @@ def _write_parts(
         writers = [checkpoints.open_checkpoint_writer(d / _CHUNKS_FILE) for d in directories]
         try:
             for raw in checkpoints.read_checkpoint_records(source / _CHUNKS_FILE):
-                key = schema_pb2.ChunkData.FromString(raw).chunk_key
+                key = _SCHEMA_PB2.ChunkData.FromString(raw).chunk_key
                 for part in chunk_parts.get(key, ()):
                     writers[part].write(raw)
         finally:
@@ -265,7 +263,7 @@ class TableReader:
                 f'Table {table!r} has no signature; export needs it to know the item kind. '
                 'Create the table with rlds_reverb.tables.signature_for(item, episodes).'
             )
-        self.signature = nested_structure_coder.decode_proto(record.signature)
+        self.signature = compat.decode_structure_proto(record.signature)
 
     def iterate_parts(self) -> Iterator[TableCopy]:
         """Yields each part as a `TableCopy` on a temporary server, stopped after its turn."""
@@ -285,7 +283,7 @@ class TableReader:
             self._server = server = reverb.Server(
                 [table],
                 port=None,
-                checkpointer=checkpointers_lib.DefaultCheckpointer(os.fspath(parent)),
+                checkpointer=reverb.checkpointers.DefaultCheckpointer(os.fspath(parent)),
             )
             try:
                 yield TableCopy(
@@ -307,7 +305,6 @@ class TableReader:
 
 
 # The most a live server may take to list its tables, once it accepted a connection.
-_SERVER_INFO_TIMEOUT_MS = 30_000
 
 
 def _check_server_table(client: reverb.Client, table: str) -> None:
@@ -317,7 +314,9 @@ def _check_server_table(client: reverb.Client, table: str) -> None:
       ReverbConnectionError: If nothing answers at the server's address (named at once).
       ExportError: If the server holds no such table.
     """
-    held = sorted(table_info.fetch_server_info(client, timeout_ms=_SERVER_INFO_TIMEOUT_MS))
+    held = sorted(
+        table_info.fetch_server_info(client, timeout_ms=timeouts.TABLE_COPY_SERVER_INFO_MS)
+    )
     if table not in held:
         raise ExportError(
             f'The server at {client.server_address} holds no table {table!r}; it holds '

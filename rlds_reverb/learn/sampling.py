@@ -56,7 +56,7 @@ import reverb
 import tensorflow as tf
 import tree
 
-from rlds_reverb.core import checks, types
+from rlds_reverb.core import checks, timeouts, types
 from rlds_reverb.core.episodes import without_autograph
 from rlds_reverb.core.errors import EmptyTableError, TableError
 from rlds_reverb.learn import priorities
@@ -64,7 +64,6 @@ from rlds_reverb.serve import table_info
 
 __all__ = [
     'DEFAULT_ITERATORS_PER_STREAM',
-    'DEFAULT_SERVER_INFO_TIMEOUT_S',
     'DEFAULT_WORKERS_PER_ITERATOR',
     'ExperienceFn',
     'LearnerDataset',
@@ -76,8 +75,7 @@ __all__ = [
 ExperienceFn = Callable[[types.Nest], types.Nest]
 
 # How long the server-info call made when a learner is built may take, per server.
-DEFAULT_SERVER_INFO_TIMEOUT_MS = 30_000
-DEFAULT_SERVER_INFO_TIMEOUT_S = DEFAULT_SERVER_INFO_TIMEOUT_MS // 1000  # The 0.1 name.
+DEFAULT_SERVER_INFO_TIMEOUT_MS = timeouts.LEARNER_SERVER_INFO_MS
 # Each (server, table) stream is read by this many Reverb iterators in parallel, each batching
 # its part of the stream's count in its own thread, so that no single thread (the one
 # turning samples into tensors and copying them into the batch) bounds the stream. On a

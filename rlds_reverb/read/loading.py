@@ -74,10 +74,9 @@ import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
 import tree
-from tensorflow_datasets.core import example_parser
 
+from rlds_reverb.core import compat, sources, types
 from rlds_reverb.core import episodes as episodes_lib
-from rlds_reverb.core import sources, types
 from rlds_reverb.core.errors import SourceError, SourceNotFoundError, SpecMismatchError
 from rlds_reverb.core.specs import get_step_spec
 from rlds_reverb.read import d4rl, minari, records
@@ -766,7 +765,7 @@ def _check_shards(builder: tfds.core.DatasetBuilder, split: str, *, where: str, 
     if full or (info.num_bytes and sum(p.stat().st_size for p in paths) != expected):
         _scan_shards(paths, info.shard_lengths, where=where, split=split)
     if full:
-        parser = example_parser.ExampleParser(builder.info.features.get_serialized_info())
+        parser = compat.make_example_parser(builder.info.features.get_serialized_info())
         for path in paths:
             _check_records(path, parser, where=where, split=split)
 
@@ -835,9 +834,7 @@ def _check_unlisted_shard(info: tfds.core.SplitInfo, *, where: str, split: str) 
     )
 
 
-def _check_records(
-    path: pathlib.Path, parser: example_parser.ExampleParser, *, where: str, split: str
-) -> None:
+def _check_records(path: pathlib.Path, parser: Any, *, where: str, split: str) -> None:
     """Raises `SourceError` naming the first record of a shard that does not decode whole.
 
     A record decodes whole when every step field parses with its feature's dtype and shape

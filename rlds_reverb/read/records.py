@@ -29,13 +29,9 @@ from collections.abc import Callable, Iterator
 import numpy as np
 import tensorflow as tf
 import tensorflow_datasets as tfds
-from tensorflow.python.data.ops import readers
-from tensorflow.python.lib.io import tf_record
-from tensorflow.python.util import deprecation
-from tensorflow_datasets.core import example_parser
 
+from rlds_reverb.core import compat, sources, types
 from rlds_reverb.core import episodes as episodes_lib
-from rlds_reverb.core import sources, types
 
 # Helpers of the package's other modules only: nothing here is public API.
 __all__: list[str] = []
@@ -149,12 +145,9 @@ class RecordSource(sources.EpisodeSource):
 def _read_shard(path: tf.Tensor | str, skip: tf.Tensor | int, take: tf.Tensor | int):
     """Returns the `take` records of one shard after its first `skip`.
 
-    `tf.data.TFRecordDataset` reads even one file through a `flat_map` over a dataset of
-    file names (a traced function and two stages more, about 10 ms of set-up); the reader
-    it wraps reads the one file itself.
+    One file's reader, without `tf.data.TFRecordDataset`'s `flat_map` (`compat`).
     """
-    reader = getattr(readers, '_TFRecordDataset', tf.data.TFRecordDataset)
-    records = reader(path)
+    records = compat.read_tfrecord_file(path)
     if not isinstance(skip, int) or skip:
         records = records.skip(skip)
     return records.take(take)
@@ -170,7 +163,7 @@ def _make_record_parser(example_specs: dict) -> Callable[[tf.Tensor], dict]:
     Args:
       example_specs: The serialized info (`get_serialized_info()`) of the fields to parse.
     """
-    parser = example_parser.ExampleParser(example_specs)
+    parser = compat.make_example_parser(example_specs)
     infos = tfds.core.utils.flatten_nest_dict(example_specs)
     if set(infos) != set(parser.flat_feature_specs) or any(
         info.sequence_rank > 1 for info in infos.values()
@@ -233,8 +226,7 @@ def read_serialized_batches(source: RecordSource, *, batch_records: int) -> Iter
             continue
         wanted = np.zeros(indices[-1] + 1, bool)
         wanted[indices] = True
-        with deprecation.silence():  # tf_record_iterator is TF1's, and warns once.
-            records = tf_record.tf_record_iterator(path)
+        records = compat.iter_tfrecord_file(path)
         for index, record in enumerate(itertools.islice(records, indices[0], len(wanted))):
             if not wanted[indices[0] + index]:
                 continue

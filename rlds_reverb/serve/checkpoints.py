@@ -27,13 +27,13 @@ import pathlib
 import shutil
 import tempfile
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 import reverb
 import tensorflow as tf
-from reverb.cc.checkpointing import checkpoint_pb2
 
-from rlds_reverb.core import files
+from rlds_reverb.core import compat, files
 from rlds_reverb.core.errors import CheckpointError
 from rlds_reverb.serve import table_info
 
@@ -43,6 +43,9 @@ __all__ = [
     'read_table_checkpoints',
     'reset_rate_limiters',
 ]
+
+# Reverb's checkpoint file format (private modules: `compat`).
+_CHECKPOINT_PB2, _SCHEMA_PB2 = compat.reverb_checkpoint_protos()
 
 # Reverb marks a complete checkpoint with this file in the checkpoint's directory.
 DONE_FILE = 'DONE'
@@ -95,7 +98,7 @@ def find_latest_checkpoint(checkpoint_dir: os.PathLike | str) -> pathlib.Path | 
 
 def read_table_checkpoints(
     checkpoint_path: os.PathLike | str,
-) -> list[checkpoint_pb2.PriorityTableCheckpoint]:
+) -> list[Any]:
     """Returns the table records of one checkpoint (as `client.checkpoint()` returns its path).
 
     Each holds the table's config and its rate limiter's counters: `insert_count`,
@@ -106,7 +109,7 @@ def read_table_checkpoints(
     """
     path = pathlib.Path(checkpoint_path) / TABLES_FILE
     return [
-        checkpoint_pb2.PriorityTableCheckpoint.FromString(record)
+        _CHECKPOINT_PB2.PriorityTableCheckpoint.FromString(record)
         for record in read_checkpoint_records(path)
     ]
 
@@ -158,7 +161,7 @@ def open_checkpoint_writer(path: os.PathLike | str) -> tf.io.TFRecordWriter:
 
 def write_table_checkpoints(
     checkpoint_path: os.PathLike | str,
-    tables: list[checkpoint_pb2.PriorityTableCheckpoint],
+    tables: list[Any],
 ) -> None:
     """Writes (or replaces at once) the table records of one checkpoint directory.
 

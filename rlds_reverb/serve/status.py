@@ -50,7 +50,7 @@ from typing import Any
 
 import reverb
 
-from rlds_reverb.core import checks
+from rlds_reverb.core import checks, timeouts
 from rlds_reverb.serve import table_info
 
 __all__ = [
@@ -66,7 +66,7 @@ __all__ = [
     'fetch_server_status',
 ]
 
-DEFAULT_TIMEOUT_MS = 10_000
+DEFAULT_TIMEOUT_MS = timeouts.STATUS_MS
 # Reverb's `MinSize` limiter leaves the cursor unbounded with +-float max.
 _UNBOUNDED = sys.float_info.max / 2
 

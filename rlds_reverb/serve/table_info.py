@@ -22,7 +22,7 @@ from collections.abc import Sequence
 
 import reverb
 
-from rlds_reverb.core import specs, types
+from rlds_reverb.core import specs, timeouts, types
 from rlds_reverb.core.errors import ReverbConnectionError, TableError
 
 __all__ = [
@@ -43,7 +43,7 @@ TableInfo = reverb.reverb_types.TableInfo
 # How long a server may take to accept a connection before it is named unreachable: a
 # refused connection (nothing listening) is named at once, a host that does not answer
 # (down, or a firewall dropping packets) after this long.
-CONNECT_TIMEOUT_MS = 3_000
+CONNECT_TIMEOUT_MS = timeouts.CONNECT_MS
 # gRPC routes through these proxies when they are set; a direct probe would then test a
 # path Reverb does not use, so it is skipped and Reverb's own deadline applies.
 _PROXY_VARIABLES = ('grpc_proxy', 'https_proxy', 'http_proxy')

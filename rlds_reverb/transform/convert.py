@@ -26,12 +26,11 @@ Mapping, per episode of steps 0..L (step t holds o_t, a_t, r_t, d_t):
 from __future__ import annotations
 
 import tensorflow as tf
-from tensorflow.python.data.ops import unbatch_op
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
 from rlds_reverb.check import validation
-from rlds_reverb.core import checks, specs, types
+from rlds_reverb.core import checks, compat, specs, types
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core.specs import PolicyInfoFn
 
@@ -284,7 +283,4 @@ def _unbatch(per_episode: tf.data.Dataset) -> tf.data.Dataset:
     tensor already.
     """
     dense = all(isinstance(s, tf.TensorSpec) for s in tf.nest.flatten(per_episode.element_spec))
-    unbatch_dataset = getattr(unbatch_op, '_UnbatchDataset', None)
-    if not dense or unbatch_dataset is None:
-        return per_episode.unbatch()
-    return unbatch_dataset(per_episode)
+    return compat.unbatch_dense(per_episode) if dense else per_episode.unbatch()

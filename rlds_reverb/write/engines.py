@@ -24,7 +24,6 @@ otherwise hang whichever later call (or the interpreter's exit) happens to garba
 
 from __future__ import annotations
 
-import ctypes
 import dataclasses
 import enum
 import math
@@ -38,7 +37,7 @@ import tensorflow as tf
 import tree
 from reverb import structured_writer as sw
 
-from rlds_reverb.core import types
+from rlds_reverb.core import compat, timeouts, types
 from rlds_reverb.serve import table_info
 from rlds_reverb.transform import items as items_lib
 from rlds_reverb.transform.plans import EpisodePlan
@@ -85,9 +84,9 @@ class WriterEngine(Protocol):
 
 
 # How long `release_structured_writer` waits for the server to confirm pending items.
-_RELEASE_TIMEOUT_MS = 1_000
+_RELEASE_TIMEOUT_MS = timeouts.WRITER_RELEASE_MS
 # A wait on the server longer than this probes it before waiting on (`wait_on_server`).
-WAIT_SLICE_MS = 1_000
+WAIT_SLICE_MS = timeouts.WAIT_SLICE_MS
 
 
 def wait_on_server(wait: Callable[[int], None], *, address: str, timeout_ms: int | None) -> None:
@@ -147,7 +146,7 @@ def release_structured_writer(writer: sw.StructuredWriter, *, address: str | Non
             table_info.probe_server(address)
         writer.flush(timeout_ms=_RELEASE_TIMEOUT_MS)
     except Exception:  # noqa: BLE001 - any failure to confirm means the destructor may hang.
-        ctypes.pythonapi.Py_IncRef(ctypes.py_object(writer))
+        compat.keep_alive_forever(writer)
         return False
     return True
 

@@ -30,7 +30,7 @@ from reverb import structured_writer as sw
 from tf_agents.replay_buffers import reverb_utils
 from tf_agents.trajectories import trajectory as trajectory_lib
 
-from rlds_reverb.core import checks
+from rlds_reverb.core import checks, timeouts
 from rlds_reverb.serve import table_info
 from rlds_reverb.write import configs, engines
 
@@ -40,7 +40,6 @@ __all__ = [
 ]
 
 # How long `get_table_signature` waits for a live server (TF-Agents' waits forever).
-_SERVER_INFO_TIMEOUT_MS = 60_000
 
 
 def _as_table_names(table_name: str | Sequence[str]) -> list[str]:
@@ -67,7 +66,9 @@ def _end_and_release(client: reverb.Client, writer, release: Callable[[Any], Non
 
 def _fetch_signature(client: reverb.Client, table: str):
     """Returns `table`'s signature; a dead server is named (`table_info.fetch_server_info`)."""
-    return table_info.fetch_server_info(client, timeout_ms=_SERVER_INFO_TIMEOUT_MS)[table].signature
+    return table_info.fetch_server_info(client, timeout_ms=timeouts.OBSERVER_SERVER_INFO_MS)[
+        table
+    ].signature
 
 
 @dataclasses.dataclass(frozen=True)

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from rlds_reverb.core import checks, specs, types
+from rlds_reverb.core import checks, specs, timeouts, types
 from rlds_reverb.transform import items as items_lib
 from rlds_reverb.transform.plans import PriorityFn
 from rlds_reverb.write import engines
@@ -29,7 +29,7 @@ __all__ = [
     'merge_options',
 ]
 
-DEFAULT_TIMEOUT_MS = 60_000
+DEFAULT_TIMEOUT_MS = timeouts.PUSH_MS
 # Below the 50 pending items at which Reverb logs "pending items is alarmingly high" on every
 # tenth item; as fast here as 1,000 (benchmarks/push.py).
 DEFAULT_MAX_IN_FLIGHT_ITEMS = 48

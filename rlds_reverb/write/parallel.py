@@ -14,9 +14,9 @@ from __future__ import annotations
 
 import dataclasses
 import multiprocessing
-from multiprocessing import connection, resource_tracker
+from multiprocessing import connection
 
-from rlds_reverb.core import checks, errors
+from rlds_reverb.core import checks, compat, errors
 from rlds_reverb.read import loading
 from rlds_reverb.write import loop
 from rlds_reverb.write.options import PushOptions
@@ -162,20 +162,8 @@ def push_in_parallel(
             reader.close()
     for process in processes:
         process.join()
-    _stop_resource_tracker()
+    compat.stop_resource_tracker()  # Spawning started it: leave no process behind.
     return ParallelPushResult(total, failures)
-
-
-def _stop_resource_tracker() -> None:
-    """Stops the helper process that spawning started, and waits for it to end.
-
-    Spawning starts `multiprocessing`'s resource tracker, which otherwise ends only after
-    this process does: a caller watching for processes left behind could still see it.
-    """
-    tracker = getattr(resource_tracker, '_resource_tracker', None)
-    stop = getattr(tracker, '_stop', None)
-    if stop is not None:
-        stop()
 
 
 def _run_worker(source, server, table, options, index: int, count: int, pipe) -> None:

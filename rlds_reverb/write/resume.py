@@ -25,7 +25,7 @@ import dataclasses
 import reverb
 import tensorflow as tf
 
-from rlds_reverb.core import errors
+from rlds_reverb.core import errors, timeouts
 from rlds_reverb.serve import table_info
 from rlds_reverb.transform import items
 from rlds_reverb.transform.plans import count_items_per_episode
@@ -57,7 +57,9 @@ __all__ = [
 ResumeError = errors.ResumeError
 
 
-def count_inserted(client: reverb.Client, table: str, *, timeout_ms: int = 10_000) -> int:
+def count_inserted(
+    client: reverb.Client, table: str, *, timeout_ms: int = timeouts.RESUME_COUNT_MS
+) -> int:
     """Returns how many items `table` has ever had inserted (restored with a checkpoint).
 
     Args:

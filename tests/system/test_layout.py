@@ -131,10 +131,11 @@ def test_adders_build_on_core_only():
 
 
 def test_apache_beam_is_imported_only_by_distribute():
-    """Beam is an optional extra (`rlds-reverb[beam]`): only rlds_reverb.distribute imports it."""
+    """Beam is an optional extra (`rlds-reverb[beam]`): only rlds_reverb.distribute imports it
+    (and `core/compat.py`, inside the function that builds Beam's runner)."""
     outside = []
     for path in [*(_ROOT / 'rlds_reverb').rglob('*.py'), *(_ROOT / 'adders').rglob('*.py')]:
-        if 'distribute' in path.parts:
+        if 'distribute' in path.parts or path == _ROOT / 'rlds_reverb' / 'core' / 'compat.py':
             continue
         for node in ast.walk(ast.parse(path.read_text())):
             names = []
@@ -177,3 +178,35 @@ def test_architecture_page_lists_every_module_once():
     }
     assert sorted(actual - set(listed)) == [], 'modules missing from docs/architecture.md'
     assert sorted(set(listed) - actual) == [], 'docs/architecture.md lists modules that are gone'
+
+
+_PRIVATE_MODULES = (
+    'tensorflow.python',
+    'tensorflow_datasets.core.',
+    'reverb.cc',
+    'reverb.platform',
+)
+_PRIVATE_CALLS = ('ctypes.pythonapi', 'resource_tracker._', 'fn_runner.')
+
+
+def test_private_apis_are_used_only_in_core_compat():
+    found = []
+    for path in [*(_ROOT / 'rlds_reverb').rglob('*.py'), *(_ROOT / 'adders').rglob('*.py')]:
+        if path == _ROOT / 'rlds_reverb' / 'core' / 'compat.py':
+            continue
+        text = path.read_text()
+        for node in ast.walk(ast.parse(text)):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [alias.name for alias in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module, *(f'{node.module}.{a.name}' for a in node.names)]
+            found += [
+                f'{path.relative_to(_ROOT)}: import {n}'
+                for n in names
+                if n.startswith(_PRIVATE_MODULES) or n.split('.')[0] == 'ctypes'
+            ]
+            if isinstance(node, ast.Attribute) and node.attr in ('_variant_tensor', '_unbatch'):
+                found.append(f'{path.relative_to(_ROOT)}:{node.lineno} .{node.attr}')
+        found += [f'{path.relative_to(_ROOT)}: {c}' for c in _PRIVATE_CALLS if c in text]
+    assert found == []
