@@ -17,7 +17,6 @@ import html
 import io
 import os
 import pathlib
-import tempfile
 from collections.abc import Sequence
 
 import numpy as np
@@ -419,9 +418,7 @@ def _open_temporary(path: pathlib.Path) -> tuple[int, str]:
             "(such as 'report.html')."
         )
     try:
-        handle, temporary = tempfile.mkstemp(
-            prefix=f'.{path.name}.', suffix='.tmp', dir=path.parent
-        )
+        handle, temporary = files.create_temporary_beside(path)
     except OSError as error:
         reason = error.strerror or str(error)
         if path.parent.exists() and not path.parent.is_dir():
@@ -432,9 +429,7 @@ def _open_temporary(path: pathlib.Path) -> tuple[int, str]:
             f"Cannot write the report to '{path}': {reason}. Give a path in an existing "
             'directory you can write to.'
         ) from error
-    # mkstemp makes the file private; a report is shared as any file the user writes.
-    os.chmod(temporary, 0o666 & ~files.read_umask())
-    return handle, temporary
+    return handle, temporary  # Private (0600) while the page is written.
 
 
 def save_report(found: DatasetReport, path: os.PathLike | str) -> pathlib.Path:
@@ -458,7 +453,8 @@ def save_report(found: DatasetReport, path: os.PathLike | str) -> pathlib.Path:
     try:
         with os.fdopen(handle, 'w', encoding='utf-8') as out:
             out.write(render_html(found))
-        os.replace(temporary, path)
+        # Shared as any file the user writes, never world-writable (core/files.py).
+        files.publish_file(temporary, path)
     except BaseException:
         pathlib.Path(temporary).unlink(missing_ok=True)
         raise
