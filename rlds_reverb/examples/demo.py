@@ -63,6 +63,7 @@ __all__ = [
     'make_config',
     'make_learner_dataset',
     'run_demo',
+    'save_summary',
     'seed_table',
     'seed_tables',
 ]
@@ -358,6 +359,24 @@ def run_demo(
         'dataset': str(path),
         'config': dataclasses.asdict(config),
     }
-    (output / SUMMARY_NAME).write_text(json.dumps(summary, indent=2))
-    files.remove_world_write(output / SUMMARY_NAME)
+    save_summary(summary, output)
     return summary
+
+
+def save_summary(summary: dict[str, Any], output_dir: os.PathLike | str) -> pathlib.Path:
+    """Writes a demo summary as `output_dir/summary.json` (never world-writable).
+
+    Args:
+      summary: What `run_demo` returns (JSON-able).
+      output_dir: The demo's output directory (created if missing).
+
+    Returns:
+      The path written.
+
+    Example:
+      >>> save_summary(summary, 'rlds_reverb_demo')
+    """
+    path = files.make_shared_dirs(output_dir) / SUMMARY_NAME
+    with files.replace_file(path, text=True) as out:
+        out.write(json.dumps(summary, indent=2))
+    return path

@@ -153,7 +153,7 @@ def plot_training(
     )
     path = pathlib.Path(path)
     files.make_shared_dirs(path.parent)
-    fig.savefig(path, dpi=100)
+    with files.replace_file(path) as out:  # Never world-writable, even while written.
+        fig.savefig(out, format=path.suffix[1:] or 'png', dpi=100)
     plt.close(fig)
-    files.remove_world_write(path)
     return path

@@ -387,6 +387,26 @@ def test_write_report_from_python_writes_nothing_world_writable(
     assert seen == set() and os.listdir(tmp_path) == ['report.html']
 
 
+def test_the_demos_plot_and_summary_are_never_world_writable(tmp_path, permissive_umask):
+    from rlds_reverb.examples import cql_dqn, demo, plots
+
+    history = cql_dqn.TrainHistory(
+        losses=[1.0, 0.5],
+        eval_iterations=[0, 1],
+        eval_returns=[9.0, 20.0],
+        last_priorities={0: 1.0, 1: 0.5},
+    )
+    output = tmp_path / 'out'
+    with _watch_world_writable(tmp_path) as seen:
+        plot = plots.plot_training(history, behaviour_return=10.0, path=output / 'p.png')
+        summary = demo.save_summary({'eval_return': 20.0}, output)
+    assert seen == set()
+    assert _read_mode(output) == 0o775
+    assert _read_mode(plot) == 0o664 and _read_mode(summary) == 0o664
+    assert json.loads(summary.read_text()) == {'eval_return': 20.0}
+    assert sorted(os.listdir(output)) == ['p.png', demo.SUMMARY_NAME]
+
+
 # --- Nothing executes from data --------------------------------------------------------------
 
 
