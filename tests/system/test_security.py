@@ -407,6 +407,21 @@ def test_the_demos_plot_and_summary_are_never_world_writable(tmp_path, permissiv
     assert sorted(os.listdir(output)) == ['p.png', demo.SUMMARY_NAME]
 
 
+def test_rewriting_a_checkpoints_tables_writes_nothing_world_writable(
+    cartpole_episodes, tmp_path, permissive_umask
+):
+    directory = tmp_path / 'ckpt'
+    directory.mkdir(mode=0o755)  # The user's, reachable by others.
+    result = seed.seed_server(cartpole_episodes.take(1), checkpoint_dir=directory)
+    result.server.stop()
+    latest = checkpoints.find_latest_checkpoint(directory)
+    tables_read = checkpoints.read_table_checkpoints(latest)
+    with _watch_world_writable(tmp_path) as seen:
+        checkpoints.write_table_checkpoints(latest, tables_read)
+    assert seen == set()
+    assert checkpoints.read_table_checkpoints(latest) == tables_read
+
+
 # --- Nothing executes from data --------------------------------------------------------------
 
 
