@@ -27,7 +27,7 @@ import rlds_reverb
 from rlds_reverb.check import report_html
 from rlds_reverb.core import errors, files, types
 from rlds_reverb.examples import cartpole
-from rlds_reverb.export import reverb_export, table_copy
+from rlds_reverb.export import reverb_export, rlds_copy, table_copy
 from rlds_reverb.read import loading
 from rlds_reverb.serve import checkpoints, server, tables
 from rlds_reverb.storage import tfds_writer
@@ -420,6 +420,21 @@ def test_rewriting_a_checkpoints_tables_writes_nothing_world_writable(
         checkpoints.write_table_checkpoints(latest, tables_read)
     assert seen == set()
     assert checkpoints.read_table_checkpoints(latest) == tables_read
+
+
+def test_save_as_rlds_and_the_recorder_write_nothing_world_writable(
+    cartpole_dir, tmp_path, permissive_umask
+):
+    from rlds_reverb.examples import collect
+
+    with _watch_world_writable(tmp_path) as seen:
+        rlds_copy.save_as_rlds(cartpole_dir, tmp_path / 'copy' / '1.0.0')
+        collect.record_episodes(
+            tmp_path / 'rec' / '1.0.0', num_episodes=1, policy='scripted', max_episode_steps=20
+        )
+    assert seen == set()
+    assert os.listdir(tmp_path / 'copy' / '1.0.0') and os.listdir(tmp_path / 'rec' / '1.0.0')
+    assert _read_mode(tmp_path / 'copy' / '1.0.0') == 0o775
 
 
 # --- Nothing executes from data --------------------------------------------------------------
