@@ -7,10 +7,13 @@ per-rule masks reach Python. Three entry points share them:
   (raising `InvalidEpisodeError` at the first invalid episode in `raise` mode). A dataset
   `load` read from TFRecord shards is first checked from its records in bulk
   (`record_checks`); only one with a problem, or with encoded step fields, is walked.
-* `InGraphCheck` is the lazy, in-graph form the converters use inside their `tf.data`
-  maps: `raise` fails the iterator with the same message, `skip` drops invalid episodes
-  whole.
+* `in_graph.InGraphCheck` is the lazy, in-graph form the converters use inside their
+  `tf.data` maps: `raise` fails the iterator with the same message, `skip` drops invalid
+  episodes whole.
 * `find_episode_problems(...)` turns one episode's masks into `Problem` records.
+
+`read_episodes` walks a dataset of one element per episode; an episode that does not
+decode is an `UnreadableEpisode` value in its place.
 """
 
 from __future__ import annotations
@@ -104,7 +107,7 @@ class ValidationReport:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Check:
+class Check:
     rule: Rule
     field: str
 
@@ -139,7 +142,7 @@ def check_step_spec(step_spec: dict) -> None:
     _numeric_leaves(step_spec, types.DISCOUNT)
 
 
-def list_checks(step_spec: dict) -> list[_Check]:
+def list_checks(step_spec: dict) -> list[Check]:
     """Returns the per-step checks, in the order `compute_problem_masks` stacks them.
 
     Raises:
@@ -147,7 +150,7 @@ def list_checks(step_spec: dict) -> list[_Check]:
     """
     for field in (types.REWARD, types.DISCOUNT):
         _numeric_leaves(step_spec, field)
-    return [_Check(rule, field) for rule, field in rules.list_step_checks(step_spec)]
+    return [Check(rule, field) for rule, field in rules.list_step_checks(step_spec)]
 
 
 def compute_problem_masks(steps: types.Nest, *, length: tf.Tensor | None = None) -> tf.Tensor:
@@ -166,7 +169,7 @@ def compute_problem_masks(steps: types.Nest, *, length: tf.Tensor | None = None)
     return tf.stack(rules.evaluate_step_checks(rules.TF, at, steps))
 
 
-def _step_shapes(steps: types.Nest) -> list[tf.Tensor]:
+def compute_step_shapes(steps: types.Nest) -> list[tf.Tensor]:
     """Returns the per-step shape of every leaf (shape without the time dimension)."""
     return [tf.shape(x, out_type=tf.int32)[1:] for x in tree.flatten(steps)]
 
@@ -200,12 +203,12 @@ def summarize_episode(steps: types.Nest) -> EpisodeSummary:
         length=episodes_lib.episode_length(steps),
         masks=compute_problem_masks(steps),
         terminal=tf.reduce_any(steps[types.IS_TERMINAL] & steps[types.IS_LAST]),
-        shapes=tuple(_step_shapes(steps)),
+        shapes=tuple(compute_step_shapes(steps)),
     )
 
 
 def find_episode_problems(
-    episode_index: int, length: int, masks: np.ndarray, checks: list[_Check]
+    episode_index: int, length: int, masks: np.ndarray, checks: list[Check]
 ) -> list[Problem]:
     """Turns one episode's problem masks into `Problem` records (one per rule and field)."""
     if rules.is_broken(Rule.NON_EMPTY, rules.NUMPY, length):
@@ -238,7 +241,8 @@ def _find_shape_problems(
     return problems
 
 
-def _leaf_names(step_spec: dict) -> list[str]:
+def list_leaf_names(step_spec: dict) -> list[str]:
+    """Returns the dotted name of every leaf of a step spec, in `tree.flatten` order."""
     return ['.'.join(map(str, path)) for path, _ in tree.flatten_with_path(step_spec)]
 
 
@@ -291,7 +295,7 @@ class EpisodeChecker:
     def __init__(self, step_spec: dict):
         check_step_spec(step_spec)
         self.checks = list_checks(step_spec)
-        self._names = _leaf_names(step_spec)
+        self._names = list_leaf_names(step_spec)
         self._reference = None
 
     def find_problems(
@@ -395,154 +399,3 @@ def _count_from_records(
     """
     source = records.find_record_source(episodes)
     return None if source is None else record_checks.count_valid_episodes(source, step_spec)
-
-
-def describe_invalid_episode(
-    episode_index: int,
-    masks: np.ndarray,
-    episode_broken: np.ndarray,
-    lines: list[tuple[str, Rule, str]],
-) -> str:
-    """Returns the message a converter's iterator fails with (`rules.IN_GRAPH_MESSAGE`).
-
-    One line per broken check, at its first bad step (step 0 for the episode-level checks).
-
-    Args:
-      episode_index: The episode's index.
-      masks: The `[num_checks, T]` masks of `compute_problem_masks`.
-      episode_broken: Whether each episode-level check (empty, shapes) is broken.
-      lines: `(field, rule, hint)` of every check: the per-step ones, then the
-        episode-level ones.
-    """
-    rows = list(masks) + [np.array([broken]) for broken in episode_broken]
-    problems = [
-        rules.format_problem(episode_index, f'step {int(np.argmax(row))}', *line)
-        for row, line in zip(rows, lines, strict=True)
-        if row.any()
-    ]
-    return rules.IN_GRAPH_MESSAGE.format(episode=episode_index, problems='; '.join(problems))
-
-
-def _describe_in_graph(
-    episode_index: tf.Tensor,
-    masks: tf.Tensor,
-    checks: list[_Check],
-    episode_checks: list[tuple[tf.Tensor, _Check, str]],
-) -> tf.Tensor:
-    """Returns `describe_invalid_episode`'s message as a string tensor, for an invalid episode.
-
-    The message is written in Python (`tf.numpy_function`), only when an episode is invalid:
-    built from string ops in graph, it cost about 30 traced ops, a quarter of a converter's
-    set-up time, for a branch that valid data never runs. The op is declared stateless, so
-    a dataset holding it keeps its iterators checkpointable.
-    """
-    lines = [(c.field, c.rule, c.rule.hint) for c in checks]
-    lines += [(c.field, c.rule, hint) for _, c, hint in episode_checks]
-
-    def _describe(index: np.ndarray, masks: np.ndarray, broken: np.ndarray) -> bytes:
-        return describe_invalid_episode(int(index), masks, broken, lines).encode()
-
-    broken = tf.stack([b for b, _, _ in episode_checks])
-    return tf.numpy_function(_describe, [episode_index, masks, broken], tf.string, stateful=False)
-
-
-def _compute_episode_ok(
-    steps: types.Nest, checks: list[_Check], reference: tuple[list, list[str]] | None
-) -> tuple[tf.Tensor, tf.Tensor, list[tuple[tf.Tensor, _Check, str]]]:
-    """Returns (ok, masks, episode-level checks) for one episode."""
-    length = episodes_lib.episode_length(steps)
-    masks = compute_problem_masks(steps, length=length)
-    episode_checks = [
-        (
-            rules.is_broken(Rule.NON_EMPTY, rules.TF, length),
-            _Check(Rule.NON_EMPTY, types.STEPS),
-            Rule.NON_EMPTY.hint,
-        )
-    ]
-    if reference is not None:
-        shapes, names = reference
-        for shape, ref, name in zip(_step_shapes(steps), shapes, names, strict=True):
-            episode_checks.append(
-                (
-                    rules.is_broken(Rule.CONSISTENT_SHAPE, rules.TF, shape, ref),
-                    _Check(Rule.CONSISTENT_SHAPE, name),
-                    Rule.CONSISTENT_SHAPE.entry.format_hint(list(ref)),
-                )
-            )
-    broken = tf.reduce_any(masks)
-    for episode_broken, _, _ in episode_checks:
-        broken |= episode_broken
-    return ~broken, masks, episode_checks
-
-
-def _find_reference_shapes(episodes: tf.data.Dataset, step_spec: dict) -> tuple | None:
-    """Returns the first non-empty episode's per-step shapes when the spec leaves dims open.
-
-    tf.data enforces fully known shapes itself, so this peek happens only for datasets whose
-    spec has unknown dimensions.
-    """
-    if all(spec.shape.is_fully_defined() for spec in tree.flatten(step_spec)):
-        return None
-    tensors = episodes_lib.to_episode_tensors(episodes)
-    non_empty = tensors.filter(
-        episodes_lib.without_autograph(lambda s: episodes_lib.episode_length(s) > 0)
-    )
-    for steps in non_empty.take(1):
-        return [s.numpy() for s in _step_shapes(steps)], _leaf_names(step_spec)
-    return None
-
-
-class InGraphCheck:
-    """The validation rules as graph ops on one episode, for lazy checks inside `tf.data` maps.
-
-    The converters use it in the same map that decodes and converts an episode: `raise`
-    mode fails the iterator with the message `Problem.describe` would give (first bad step
-    per rule), `skip` mode filters on `is_valid`. The consistent-shape rule compares with
-    the first non-empty episode, peeked once when the spec leaves dimensions open.
-
-    Args:
-      episodes: The RLDS dataset the check is for.
-      step_spec: Its step spec.
-
-    Raises:
-      SpecMismatchError: If flags are not bool, or rewards/discounts not numeric.
-
-    Example:
-      >>> check = InGraphCheck(episodes, specs.get_step_spec(episodes))
-      >>> steps = check.assert_valid(index, steps)
-    """
-
-    def __init__(self, episodes: tf.data.Dataset, step_spec: dict):
-        check_step_spec(step_spec)
-        self._checks = list_checks(step_spec)
-        self._reference = _find_reference_shapes(episodes, step_spec)
-
-    def is_valid(self, steps: types.Nest) -> tf.Tensor:
-        """Returns a scalar bool: whether the episode breaks no rule."""
-        return _compute_episode_ok(steps, self._checks, self._reference)[0]
-
-    def assert_valid(
-        self, episode_index: tf.Tensor, steps: types.Nest, *, check_first: bool = False
-    ) -> types.Nest:
-        """Returns `steps`; the map fails with an `InvalidArgumentError` naming every problem.
-
-        tf.data functions run their stateful ops (the `Assert`) with every element, so the
-        steps need no control dependency on it (an `Identity` per field, each traced op
-        costing set-up time), unless code that may fail on invalid steps reads them.
-
-        Args:
-          episode_index: The episode's index in the dataset.
-          steps: The episode's steps as whole `[T, ...]` tensors.
-          check_first: Return the steps only after the check (for a user's function).
-        """
-        ok, masks, episode_checks = _compute_episode_ok(steps, self._checks, self._reference)
-        message = tf.cond(
-            ok,
-            lambda: tf.constant(''),
-            lambda: _describe_in_graph(episode_index, masks, self._checks, episode_checks),
-        )
-        check = tf.debugging.Assert(ok, [message], summarize=1)
-        if not check_first:
-            return steps
-        with tf.control_dependencies([check]):
-            return tf.nest.map_structure(tf.identity, steps)
