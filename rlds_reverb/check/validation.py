@@ -21,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -231,7 +231,10 @@ def find_episode_problems(
 
 
 def _find_shape_problems(
-    episode_index: int, shapes: list[np.ndarray], reference: list[np.ndarray], names: list[str]
+    episode_index: int,
+    shapes: Sequence[np.ndarray],
+    reference: Sequence[np.ndarray],
+    names: list[str],
 ) -> list[Problem]:
     problems = []
     for name, shape, ref in zip(names, shapes, reference, strict=True):
@@ -246,8 +249,45 @@ def list_leaf_names(step_spec: dict) -> list[str]:
     return ['.'.join(map(str, path)) for path, _ in tree.flatten_with_path(step_spec)]
 
 
-def read_episodes(per_episode: tf.data.Dataset) -> Iterator[tuple[int, Any]]:
-    """Yields (episode index, element), or the decoding error of an unreadable episode.
+@dataclasses.dataclass(frozen=True)
+class UnreadableEpisode:
+    """An episode that did not decode, in place of its element (`read_episodes`).
+
+    Attributes:
+      index: The episode's position in the dataset read (counted from 0).
+      error_message: TensorFlow's message, whole.
+      field: The step field the parser names (`observation.image`), else `steps`.
+    """
+
+    index: int
+    error_message: str
+    field: str = types.STEPS
+
+    @classmethod
+    def from_error(cls, index: int, error: tf.errors.OpError) -> UnreadableEpisode:
+        """Returns the unreadable episode at `index`, from the error TF raised reading it."""
+        key = _PARSER_KEY.search(_first_line(error.message))
+        field = key.group(1).replace('/', '.') if key else types.STEPS
+        return cls(index, error.message, field)
+
+    def to_problem(self, episode_index: int) -> Problem:
+        """Returns the episode's problem (rule `readable`), naming TF's reason.
+
+        Args:
+          episode_index: The episode's index in the dataset (`index`, or counted from
+            wherever the read started).
+        """
+        hint = Rule.READABLE.entry.format_hint(_first_line(self.error_message))
+        return Problem(episode_index, 0, self.field, Rule.READABLE, hint, (0,))
+
+
+def _first_line(message: str) -> str:
+    """TF's reason in one line: the message's first line, without the op's `{{...}}` context."""
+    return message.strip().splitlines()[0].split('}}')[-1].strip()
+
+
+def read_episodes(per_episode: tf.data.Dataset) -> Iterator[tuple[int, Any | UnreadableEpisode]]:
+    """Yields (episode index, element), or (index, `UnreadableEpisode`) for one that fails.
 
     A record that fails to decode (`InvalidArgumentError` from the parser or from slicing
     steps of uneven lengths) is one episode's problem and reading goes on; other read
@@ -263,16 +303,7 @@ def read_episodes(per_episode: tf.data.Dataset) -> Iterator[tuple[int, Any]]:
         except StopIteration:
             return
         except tf.errors.InvalidArgumentError as e:
-            yield index, e
-
-
-def _unreadable_problem(episode_index: int, error: tf.errors.OpError) -> Problem:
-    """Returns the problem of an episode that could not be decoded, naming TF's reason."""
-    message = error.message.strip().splitlines()[0].split('}}')[-1].strip()
-    key = _PARSER_KEY.search(message)
-    field = key.group(1).replace('/', '.') if key else types.STEPS
-    hint = Rule.READABLE.entry.format_hint(message)
-    return Problem(episode_index, 0, field, Rule.READABLE, hint, (0,))
+            yield index, UnreadableEpisode.from_error(index, e)
 
 
 class EpisodeChecker:
@@ -296,20 +327,20 @@ class EpisodeChecker:
         check_step_spec(step_spec)
         self.checks = list_checks(step_spec)
         self._names = list_leaf_names(step_spec)
-        self._reference = None
+        self._reference: tuple[np.ndarray, ...] | None = None
 
     def find_problems(
-        self, episode_index: int, summary: EpisodeSummary | Exception
+        self, episode_index: int, summary: EpisodeSummary | UnreadableEpisode
     ) -> list[Problem]:
         """Returns the episode's problems (empty when it is valid).
 
         Args:
           episode_index: The episode's index in the dataset.
-          summary: The numpy `summarize_episode` of the episode, or the error raised while
-            reading it (see `read_episodes`).
+          summary: The numpy `summarize_episode` of the episode, or the `UnreadableEpisode`
+            `read_episodes` gave in its place.
         """
-        if isinstance(summary, Exception):
-            return [_unreadable_problem(episode_index, summary)]
+        if isinstance(summary, UnreadableEpisode):
+            return [summary.to_problem(episode_index)]
         length = int(summary.length)
         problems = find_episode_problems(episode_index, length, summary.masks, self.checks)
         if length and self._reference is None:
