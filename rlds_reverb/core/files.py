@@ -189,7 +189,7 @@ def replace_file(path: os.PathLike | str, *, text: bool = False) -> Iterator[IO[
     """
     handle, temporary = create_temporary_beside(path)
     try:
-        with os.fdopen(handle, 'w', encoding='utf-8') if text else os.fdopen(handle, 'wb') as out:
+        with os.fdopen(handle, 'w' if text else 'wb', encoding='utf-8' if text else None) as out:
             yield out
         publish_file(temporary, path)
     except BaseException:
