@@ -107,7 +107,9 @@ class StreamingHistogram:
         return edges, counts[first:last].copy()
 
 
-def _find_bins(values: np.ndarray, start: np.ndarray, width: np.ndarray) -> np.ndarray:
+def _find_bins(
+    values: np.ndarray, start: np.ndarray | np.floating, width: np.ndarray | np.floating
+) -> np.ndarray:
     """Returns the bin index of each value: bins `[start + i width, start + (i + 1) width)`.
 
     The division can round across a bin edge (a tiny value next to a wide bin); the edges

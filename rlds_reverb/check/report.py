@@ -17,7 +17,7 @@ validation table is `validate(..., on_invalid='report')`'s, without reading the 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -244,13 +244,13 @@ class _Fields:
 class _FieldTotals:
     """Running totals of one field: numeric reductions, or distinct strings and samples."""
 
-    def __init__(self, name: str, dtype: str, shape: tuple, samples: int):
+    def __init__(self, name: str, dtype: str, shape: tuple | None, samples: int):
         self.summary = FieldSummary(name, dtype, shape)
         self._samples = samples
         self._sum = 0.0
         self._seen: set[bytes] = set()
 
-    def add_reduced(self, reduced: dict[str, np.ndarray]) -> None:
+    def add_reduced(self, reduced: Mapping[str, np.ndarray | float]) -> None:
         """Adds one episode's `_reduce_numeric` output."""
         found = self.summary
         found.count += int(reduced['size'])
@@ -389,19 +389,9 @@ class _ReportTotals:
 
     def add_validation(self, index: int, found: dict | validation.UnreadableEpisode) -> None:
         """Counts the episode as `validate`'s walk in 'report' mode counts it."""
-        readable = not isinstance(found, validation.UnreadableEpisode)
-        report = self.validation
-        problems = self.checker.find_problems(index, found['validation'] if readable else found)
-        if problems:
-            report.problems += problems
-            report.invalid += 1
-            report.invalid_episodes.append(index)
-            return
-        checked = found['validation']
-        report.valid += 1
-        report.steps += int(checked.length)
-        report.terminated += int(checked.terminal)
-        report.truncated += int(not checked.terminal)
+        checked = found if isinstance(found, validation.UnreadableEpisode) else found['validation']
+        problems = self.checker.find_problems(index, checked)
+        validation.count_episode(self.validation, index, problems, checked)
 
     def add_figures(self, index: int, found: dict[str, Any]) -> None:
         """Folds a readable episode's summary into every other figure."""

@@ -87,9 +87,9 @@ def plot_action(action: ActionDistribution) -> str:
             axes.set_visible(False)
             continue
         if action.categories is not None:
-            counts = action.categories[dim]
-            labels = [str(v) for v in counts]
-            axes.bar(labels, list(counts.values()), color=PLOT_COLOR)
+            by_value = action.categories[dim]
+            labels = [str(v) for v in by_value]
+            axes.bar(labels, list(by_value.values()), color=PLOT_COLOR)
         else:
             edges, counts = action.histograms[dim]
             if len(counts):

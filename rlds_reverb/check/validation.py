@@ -343,13 +343,40 @@ class EpisodeChecker:
             return [summary.to_problem(episode_index)]
         length = int(summary.length)
         problems = find_episode_problems(episode_index, length, summary.masks, self.checks)
-        if length and self._reference is None:
+        if not length:
+            return problems
+        if self._reference is None:
             self._reference = summary.shapes
-        elif length:
+        else:
             problems += _find_shape_problems(
                 episode_index, summary.shapes, self._reference, self._names
             )
         return problems
+
+
+def count_episode(
+    report: ValidationReport,
+    index: int,
+    problems: list[Problem],
+    summary: EpisodeSummary | UnreadableEpisode,
+) -> None:
+    """Counts one checked episode into `report`, as `validate`'s walk in 'report' mode does.
+
+    Args:
+      report: The report to add to.
+      index: The episode's index in the dataset.
+      problems: What `EpisodeChecker.find_problems` found (none for a valid episode).
+      summary: What it found them in.
+    """
+    if problems or isinstance(summary, UnreadableEpisode):
+        report.problems += problems
+        report.invalid += 1
+        report.invalid_episodes.append(index)
+        return
+    report.valid += 1
+    report.steps += int(summary.length)
+    report.terminated += int(summary.terminal)
+    report.truncated += int(not summary.terminal)
 
 
 def validate(
@@ -406,17 +433,9 @@ def validate(
     report = ValidationReport()
     for index, summary in read_episodes(summaries):
         problems = checker.find_problems(index, summary)
-        if problems:
-            if mode is types.ValidationMode.RAISE:
-                raise InvalidEpisodeError(index, problems)
-            report.problems += problems
-            report.invalid += 1
-            report.invalid_episodes.append(index)
-            continue
-        report.valid += 1
-        report.steps += int(summary.length)
-        report.terminated += int(summary.terminal)
-        report.truncated += int(not summary.terminal)
+        if problems and mode is types.ValidationMode.RAISE:
+            raise InvalidEpisodeError(index, problems)
+        count_episode(report, index, problems, summary)
     return report
 
 
