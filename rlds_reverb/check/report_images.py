@@ -30,10 +30,12 @@ def escape_html(text: object) -> str:
 
 
 def png_uri(data: bytes) -> str:
+    """Returns PNG bytes as a `data:` URI."""
     return 'data:image/png;base64,' + base64.b64encode(data).decode('ascii')
 
 
 def make_figure(width_in: float = 5.0, height_in: float = 3.0, *, rows: int = 1):
+    """Returns a matplotlib figure on an Agg canvas, with fixed margins."""
     from matplotlib.backends.backend_agg import FigureCanvasAgg
     from matplotlib.figure import Figure
 
@@ -53,17 +55,20 @@ def make_figure(width_in: float = 5.0, height_in: float = 3.0, *, rows: int = 1)
 
 
 def plot_uri(figure) -> str:
+    """Returns the figure drawn as PNG, as a `data:` URI."""
     buffer = io.BytesIO()
     figure.savefig(buffer, format='png', dpi=_DPI)
     return png_uri(buffer.getvalue())
 
 
 def img(uri: str, alt: str, **attributes: str) -> str:
+    """Returns an `<img>` tag of `uri`, its alt text and other attributes escaped."""
     extra = ''.join(f' {k}="{escape_html(v)}"' for k, v in attributes.items())
     return f'<img src="{uri}" alt="{escape_html(alt)}"{extra}>'
 
 
 def plot_histogram(values: np.ndarray, title: str, xlabel: str) -> str:
+    """Returns the `<img>` of a histogram of episodes' values (NaN and infinities left out)."""
     figure = make_figure()
     axes = figure.subplots()
     finite = values[np.isfinite(values)]
@@ -77,6 +82,7 @@ def plot_histogram(values: np.ndarray, title: str, xlabel: str) -> str:
 
 
 def plot_action(action: ActionDistribution) -> str:
+    """Returns the `<img>` of an action field: bars of values, or a histogram per dimension."""
     shown = min(len(action.dims), MAX_ACTION_DIMS)
     columns = min(shown, 4)
     rows = -(-shown // columns)
@@ -102,6 +108,7 @@ def plot_action(action: ActionDistribution) -> str:
 
 
 def frame_uri(frame: np.ndarray) -> str:
+    """Returns a uint8 `[H, W, C]` frame as a PNG `data:` URI."""
     from PIL import Image
 
     if frame.shape[-1] == 1:

@@ -108,6 +108,8 @@ class ValidationReport:
 
 @dataclasses.dataclass(frozen=True)
 class Check:
+    """One per-step check: a rule on one field (`list_checks`)."""
+
     rule: Rule
     field: str
 
