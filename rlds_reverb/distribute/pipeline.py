@@ -66,7 +66,7 @@ from apache_beam.options.pipeline_options import (
 )
 
 from rlds_reverb.check import record_checks, validation
-from rlds_reverb.core import compat, errors, specs, timeouts, types
+from rlds_reverb.core import compat, errors, files, specs, timeouts, types
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.distribute import routing
 from rlds_reverb.read import loading, records
@@ -423,6 +423,17 @@ def _result_path(result_dir: str, position: int) -> str:
     return FileSystems.join(result_dir, f'server-{position:05d}.json')
 
 
+def _write_result(path: str, counts: ServerCounts) -> None:
+    """Writes a writer's counts; a local file as every file of the toolkit (core/files.py)."""
+    data = json.dumps(dataclasses.asdict(counts)).encode()
+    if FileSystems.get_scheme(path) is None:
+        with files.replace_file(path) as f:
+            f.write(data)
+        return
+    with FileSystems.create(path) as f:
+        f.write(data)
+
+
 class _WritePartition(beam.DoFn):
     """Writes one server's episodes in index order, resuming from the table's insert count."""
 
@@ -448,8 +459,7 @@ class _WritePartition(beam.DoFn):
         except Exception as e:
             message = _describe_write_failure(job, address, e, done)
             raise RuntimeError(f'{_WORKER_ERROR}{message}') from e
-        with FileSystems.create(_result_path(job.result_dir, position)) as f:
-            f.write(json.dumps(dataclasses.asdict(counts)).encode())
+        _write_result(_result_path(job.result_dir, position), counts)
         yield counts
 
 

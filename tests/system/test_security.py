@@ -307,6 +307,27 @@ def test_the_beam_pipelines_default_result_dir_is_private(
     assert not list(tmp_path.glob('rlds_reverb_beam_*'))
 
 
+@pytest.mark.slow  # A Beam pipeline: about 15 s.
+def test_the_beam_pipelines_counts_in_a_given_result_dir_are_never_world_writable(
+    cartpole_dir, tmp_path, permissive_umask
+):
+    from rlds_reverb.distribute import pipeline
+
+    results = tmp_path / 'results'
+    results.mkdir(mode=0o755)  # The user's, reachable by others.
+    signature = tables.signature_for(items.TwoStep(), loading.load(cartpole_dir))
+    running = server.start_server([tables.uniform('replay', max_size=10**5, signature=signature)])
+    try:
+        with _watch_world_writable(tmp_path) as seen:
+            result = pipeline.push_with_beam(
+                cartpole_dir, [f'localhost:{running.port}'], 'replay', result_dir=str(results)
+            )
+    finally:
+        running.stop()
+    assert result.servers[0].inserted > 0
+    assert seen == set() and os.listdir(results) == ['server-00000.json']
+
+
 @pytest.mark.slow  # Generates the demo's 250 CartPole episodes: about 10-20 s.
 def test_the_demo_cache_is_private(tmp_path, monkeypatch, permissive_umask):
     monkeypatch.setenv('HOME', str(tmp_path))
