@@ -23,6 +23,7 @@ per-step `tf.scan` (see `adders._recurrence`).
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import cast
 
 import tensorflow as tf
 
@@ -94,7 +95,8 @@ def gae(
     def _transform(dataset: tf.data.Dataset) -> tf.data.Dataset:
         spec = _episode.get_step_spec(dataset, transform='gae')
         needed = [types.REWARD, types.IS_TERMINAL]
-        needed += [types.OBSERVATION] if value_fn is not None else [value_field]
+        # Exactly one source by now: value_fn (of the observations), or value_field.
+        needed.append(types.OBSERVATION if value_field is None else value_field)
         try:
             _episode.require_fields(spec, needed, transform='gae')
         except ValueError as e:
@@ -168,7 +170,8 @@ def compute_gae_fields(
     discount = steps.get(types.DISCOUNT, tf.ones_like(steps[types.IS_FIRST], tf.float32))
     rewards, discounts = _broadcast.broadcast_rewards(steps[types.REWARD], discount)
     source = 'value_fn' if values is not None else f'value_field={value_field!r}'
-    values = steps[value_field] if values is None else values
+    # Callers give value_field whenever values is None (`add_gae_fields`' Args).
+    values = steps[cast(str, value_field)] if values is None else values
     values = _broadcast.broadcast_structure(values, rewards, what=f'The values of {source}')
     size = tf.shape(bounds.t)[0]
     flat = [

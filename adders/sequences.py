@@ -84,22 +84,22 @@ def sequences(
         )
     period = length - burn_in if period is None else period
     period = checks.check_int_at_least(period, 1, argument='period')
-    end = types.as_enum(types.EndBehavior, end, argument='end')
+    behavior = types.as_enum(types.EndBehavior, end, argument='end')
 
     def _transform(dataset: tf.data.Dataset) -> tf.data.Dataset:
         spec = _episode.get_step_spec(dataset, transform='sequences')
         _episode.refuse_overwrite(spec, (types.MASK, types.IS_BURN_IN), transform='sequences')
-        if end is types.EndBehavior.CONTINUE:
+        if behavior is types.EndBehavior.CONTINUE:
             return _continue_windows(dataset, length, period, burn_in)
         windows = _episode.to_steps_tensors(dataset).map(
             lambda steps: episode_windows(
-                episodes.apply_terminal_discounts(steps), length, period, end, burn_in
+                episodes.apply_terminal_discounts(steps), length, period, behavior, burn_in
             ),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
         )
         windows = windows.unbatch()
-        if end is types.EndBehavior.TRUNCATE:
+        if behavior is types.EndBehavior.TRUNCATE:
             windows = windows.map(episodes.without_autograph(_truncate_padding))
         return windows
 

@@ -17,8 +17,7 @@ validation table is `validate(..., on_invalid='report')`'s, without reading the 
 from __future__ import annotations
 
 import dataclasses
-import math
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 import numpy as np
@@ -26,6 +25,7 @@ import tensorflow as tf
 import tree
 
 from rlds_reverb.check import stats, summary, validation
+from rlds_reverb.check.histogram import StreamingHistogram
 from rlds_reverb.check.summary import DatasetStats
 from rlds_reverb.check.validation import ValidationReport
 from rlds_reverb.core import checks, specs, types
@@ -36,7 +36,6 @@ __all__ = [
     'DatasetReport',
     'FieldSummary',
     'FrameSample',
-    'StreamingHistogram',
     'compute_report',
 ]
 
@@ -47,110 +46,6 @@ MAX_DISTINCT_COUNTED = 10_000
 # Image fields: uint8 steps of shape [H, W, C] with one of these channel counts.
 _IMAGE_CHANNELS = (1, 3, 4)
 _SEPARATOR = '.'
-
-
-class StreamingHistogram:
-    """Exact counts of values in a fixed number of equal bins, per dimension, as values stream.
-
-    The range of a dimension's bins grows to hold every finite value: the bin width is a
-    power of two and the bins start at a multiple of it, so doubling the width merges
-    whole bins and no count is ever estimated. Memory is `dims * num_bins` counts, however
-    many values are added; the range is at most four times the data's spread (empty bins at
-    the edges, which `bins` leaves out). NaN and infinite values are not counted.
-
-    Args:
-      dims: The number of dimensions (columns of the values `add` takes).
-      num_bins: The number of bins per dimension.
-
-    Example:
-      >>> histogram = StreamingHistogram(2)
-      >>> histogram.add(np.array([[0.0, 1.0], [0.5, 3.0]]))
-      >>> edges, counts = histogram.bins(0)
-    """
-
-    def __init__(self, dims: int, num_bins: int = 64):
-        self._num_bins = checks.check_int_at_least(num_bins, 2, argument='num_bins')
-        dims = checks.check_int_at_least(dims, 1, argument='dims')
-        self._start = np.full(dims, np.nan)
-        self._width = np.full(dims, np.nan)
-        self._counts = np.zeros((dims, self._num_bins), np.int64)
-
-    def add(self, values: np.ndarray) -> None:
-        """Counts `values`, an array `[N, dims]` (numbers of any dtype)."""
-        values = np.asarray(values, np.float64).reshape(len(values), len(self._start))
-        finite = np.isfinite(values)
-        if not finite.any():
-            return
-        lows = np.where(finite, values, np.inf).min(axis=0)
-        highs = np.where(finite, values, -np.inf).max(axis=0)
-        ends = self._start + self._num_bins * self._width
-        for dim in np.flatnonzero(finite.any(axis=0)):
-            if np.isnan(self._start[dim]):
-                self._start[dim], self._width[dim] = self._fit(lows[dim], highs[dim], None)
-            elif lows[dim] < self._start[dim] or highs[dim] >= ends[dim]:
-                self._grow(dim, lows[dim], highs[dim])
-        # Dimensions without a range yet have no finite value: any bin will do, none counts.
-        start = np.nan_to_num(self._start)
-        width = np.where(np.isnan(self._width), 1.0, self._width)
-        index = _find_bins(np.where(finite, values, start), start, width)
-        index = np.clip(index, 0, self._num_bins - 1)
-        flat = (np.arange(len(self._start)) * self._num_bins + index)[finite]
-        self._counts += np.bincount(flat, minlength=self._counts.size).reshape(self._counts.shape)
-
-    def _fit(self, low: float, high: float, width: float | None) -> tuple[float, float]:
-        """Returns (start, width): the narrowest power-of-two bins (>= `width`) over [low, high]."""
-        if width is None:
-            # At least 2**-20 of the magnitude: bin indices stay far inside float64 precision.
-            spread = max(high - low, max(abs(low), abs(high)) * 2.0**-20) or 1.0
-            width = 2.0 ** math.floor(math.log2(spread / self._num_bins))
-        while True:
-            start = math.floor(low / width) * width
-            if high < start + self._num_bins * width:
-                return start, width
-            width *= 2.0
-
-    def _grow(self, dim: int, low: float, high: float) -> None:
-        old_start, old_width = self._start[dim], self._width[dim]
-        old_end = old_start + self._num_bins * old_width
-        # The new bins cover the old ones (up to the last one's start) and the new values.
-        start, width = self._fit(min(low, old_start), max(high, old_end - old_width), old_width)
-        # Old bins lie wholly inside new ones: the new width is a multiple of the old one.
-        lows = old_start + np.arange(self._num_bins) * old_width
-        target = _find_bins(lows, np.float64(start), np.float64(width))
-        merged = np.bincount(target, weights=self._counts[dim], minlength=self._num_bins)
-        self._counts[dim] = merged.astype(np.int64)
-        self._start[dim], self._width[dim] = start, width
-
-    def total(self, dim: int) -> int:
-        """Returns how many values of dimension `dim` were counted."""
-        return int(self._counts[dim].sum())
-
-    def bins(self, dim: int) -> tuple[np.ndarray, np.ndarray]:
-        """Returns (edges `[K + 1]`, counts `[K]`) of dimension `dim`, empty edge bins left out.
-
-        Both are empty when the dimension has no finite value.
-        """
-        counts = self._counts[dim]
-        used = np.flatnonzero(counts)
-        if not used.size:
-            return np.zeros(0), np.zeros(0, np.int64)
-        first, last = used[0], used[-1] + 1
-        edges = self._start[dim] + np.arange(first, last + 1) * self._width[dim]
-        return edges, counts[first:last].copy()
-
-
-def _find_bins(values: np.ndarray, start: np.ndarray, width: np.ndarray) -> np.ndarray:
-    """Returns the bin index of each value: bins `[start + i width, start + (i + 1) width)`.
-
-    The division can round across a bin edge (a tiny value next to a wide bin); the edges
-    themselves are exact (a power-of-two width, a start that is a multiple of it), so one
-    comparison with them puts each value in its bin.
-    """
-    index = np.floor((values - start) / width)
-    low_edge = start + index * width
-    index -= values < low_edge
-    index += values >= low_edge + width
-    return index.astype(np.int64)
 
 
 @dataclasses.dataclass
@@ -349,13 +244,13 @@ class _Fields:
 class _FieldTotals:
     """Running totals of one field: numeric reductions, or distinct strings and samples."""
 
-    def __init__(self, name: str, dtype: str, shape: tuple, samples: int):
+    def __init__(self, name: str, dtype: str, shape: tuple | None, samples: int):
         self.summary = FieldSummary(name, dtype, shape)
         self._samples = samples
         self._sum = 0.0
         self._seen: set[bytes] = set()
 
-    def add_reduced(self, reduced: dict[str, np.ndarray]) -> None:
+    def add_reduced(self, reduced: Mapping[str, np.ndarray | float]) -> None:
         """Adds one episode's `_reduce_numeric` output."""
         found = self.summary
         found.count += int(reduced['size'])
@@ -447,7 +342,9 @@ class _ActionTotals:
         return ActionDistribution(self.name, self.dims, categories, histograms)
 
 
-def _iterate_summaries(episodes: tf.data.Dataset, fields: _Fields) -> Iterator[tuple[int, Any]]:
+def _iterate_summaries(
+    episodes: tf.data.Dataset, fields: _Fields
+) -> Iterator[tuple[int, dict[str, Any] | validation.UnreadableEpisode]]:
     per_episode = episodes_lib.to_whole_episodes(episodes).map(
         episodes_lib.without_autograph(fields.summarize),
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -459,6 +356,79 @@ def _iterate_summaries(episodes: tf.data.Dataset, fields: _Fields) -> Iterator[t
 def _shape_of(spec: tf.TensorSpec) -> tuple | None:
     """The per-step shape (None for a dimension the spec leaves open; None for any rank)."""
     return None if spec.shape.rank is None else tuple(spec.shape.as_list())
+
+
+def _make_field_totals(specs_by_name: dict[str, Any], samples: int) -> dict[str, _FieldTotals]:
+    return {
+        name: _FieldTotals(name, spec.dtype.name, _shape_of(spec), samples)
+        for name, spec in specs_by_name.items()
+    }
+
+
+class _ReportTotals:
+    """Every figure of a report so far, each episode's summary folded in as it is read."""
+
+    def __init__(
+        self, episodes: tf.data.Dataset, step_spec: dict, *, frame_episodes: int, samples: int
+    ):
+        self.checker = validation.EpisodeChecker(step_spec)
+        self.fields = _Fields(step_spec)
+        self.step_spec = step_spec
+        self.frame_episodes = frame_episodes
+        self.step_totals = _make_field_totals(self.fields.specs, samples)
+        metadata = {k: v for k, v in episodes.element_spec.items() if k != types.STEPS}
+        self.metadata_totals = _make_field_totals(_flatten(metadata), samples)
+        self.actions = {n: _ActionTotals(n, self.fields.specs[n]) for n in self.fields.actions}
+        self.validation = ValidationReport()
+        self.lengths: list[int] = []
+        self.terminal: list[bool] = []
+        self.finished: list[bool] = []
+        self.returns: list[float] = []
+        self.frames: list[FrameSample] = []
+        self.unreadable: list[int] = []
+
+    def add_validation(self, index: int, found: dict | validation.UnreadableEpisode) -> None:
+        """Counts the episode as `validate`'s walk in 'report' mode counts it."""
+        checked = found if isinstance(found, validation.UnreadableEpisode) else found['validation']
+        problems = self.checker.find_problems(index, checked)
+        validation.count_episode(self.validation, index, problems, checked)
+
+    def add_figures(self, index: int, found: dict[str, Any]) -> None:
+        """Folds a readable episode's summary into every other figure."""
+        info = found['info']
+        self.lengths.append(int(info['length']))
+        self.terminal.append(bool(info['terminal']))
+        self.finished.append(bool(info['finished']))
+        self.returns.append(float(info['return']))
+        for name, reduced in found['numeric'].items():
+            self.step_totals[name].add_reduced(reduced)
+        for name, distinct in found['strings'].items():
+            self.step_totals[name].add_strings(distinct)
+        for name, values in _flatten(found['metadata']).items():
+            self.metadata_totals[name].add_values(values)
+        for name, values in found['actions'].items():
+            self.actions[name].add(values)
+        if index < self.frame_episodes:
+            self.frames += [
+                FrameSample(name, index, pair[0], pair[-1])
+                for name, pair in found['frames'].items()
+                if len(pair)
+            ]
+
+    def finish(self, title: str) -> DatasetReport:
+        """Returns the report of every episode folded in."""
+        return DatasetReport(
+            title=title,
+            stats=summary.summarize_episodes(
+                self.lengths, self.terminal, self.finished, self.returns, step_spec=self.step_spec
+            ),
+            validation=self.validation,
+            step_fields=[totals.finish() for totals in self.step_totals.values()],
+            metadata_fields=[totals.finish() for totals in self.metadata_totals.values()],
+            actions=[totals.finish() for totals in self.actions.values()],
+            frames=sorted(self.frames, key=lambda f: (f.field, f.episode)),
+            unreadable=self.unreadable,
+        )
 
 
 def compute_report(
@@ -498,68 +468,18 @@ def compute_report(
     """
     frame_episodes = checks.check_int_at_least(frame_episodes, 0, argument='frame_episodes')
     string_samples = checks.check_int_at_least(string_samples, 0, argument='string_samples')
-    step_spec = specs.get_step_spec(episodes)
-    checker = validation.EpisodeChecker(step_spec)
-    fields = _Fields(step_spec)
-    step_totals = {
-        name: _FieldTotals(name, spec.dtype.name, _shape_of(spec), string_samples)
-        for name, spec in fields.specs.items()
-    }
-    metadata_specs = _flatten({k: v for k, v in episodes.element_spec.items() if k != types.STEPS})
-    metadata_totals = {
-        name: _FieldTotals(name, spec.dtype.name, _shape_of(spec), string_samples)
-        for name, spec in metadata_specs.items()
-    }
-    actions = {name: _ActionTotals(name, fields.specs[name]) for name in fields.actions}
-    report = ValidationReport()
-    lengths, terminal, finished, returns = [], [], [], []
-    frames: list[FrameSample] = []
-    unreadable = []
-    for index, found in _iterate_summaries(episodes, fields):
-        readable = not isinstance(found, Exception)
-        problems = checker.find_problems(index, found['validation'] if readable else found)
-        # As `validate`'s walk in 'report' mode counts each episode.
-        if problems:
-            report.problems += problems
-            report.invalid += 1
-            report.invalid_episodes.append(index)
-        else:
-            checked = found['validation']
-            report.valid += 1
-            report.steps += int(checked.length)
-            report.terminated += int(checked.terminal)
-            report.truncated += int(not checked.terminal)
-        if not readable:
-            unreadable.append(index)
-            continue
-        info = found['info']
-        lengths.append(int(info['length']))
-        terminal.append(bool(info['terminal']))
-        finished.append(bool(info['finished']))
-        returns.append(float(info['return']))
-        for name, reduced in found['numeric'].items():
-            step_totals[name].add_reduced(reduced)
-        for name, distinct in found['strings'].items():
-            step_totals[name].add_strings(distinct)
-        for name, values in _flatten(found['metadata']).items():
-            metadata_totals[name].add_values(values)
-        for name, values in found['actions'].items():
-            actions[name].add(values)
-        if index < frame_episodes:
-            frames += [
-                FrameSample(name, index, pair[0], pair[-1])
-                for name, pair in found['frames'].items()
-                if len(pair)
-            ]
-        if progress is not None:
-            progress(1, lengths[-1])
-    return DatasetReport(
-        title=title,
-        stats=summary.summarize_episodes(lengths, terminal, finished, returns, step_spec=step_spec),
-        validation=report,
-        step_fields=[totals.finish() for totals in step_totals.values()],
-        metadata_fields=[totals.finish() for totals in metadata_totals.values()],
-        actions=[totals.finish() for totals in actions.values()],
-        frames=sorted(frames, key=lambda f: (f.field, f.episode)),
-        unreadable=unreadable,
+    totals = _ReportTotals(
+        episodes,
+        specs.get_step_spec(episodes),
+        frame_episodes=frame_episodes,
+        samples=string_samples,
     )
+    for index, found in _iterate_summaries(episodes, totals.fields):
+        totals.add_validation(index, found)
+        if isinstance(found, validation.UnreadableEpisode):
+            totals.unreadable.append(index)
+            continue
+        totals.add_figures(index, found)
+        if progress is not None:
+            progress(1, totals.lengths[-1])
+    return totals.finish(title)

@@ -3,41 +3,40 @@
 `write_report` checks that the page can be written, gathers the figures in one pass
 (`report.compute_report`) and writes the page (`save_report`), atomically.
 
-Plots are drawn with matplotlib's object API on its Agg canvas (no pyplot, no display, no
-global state); frames are encoded as PNG with Pillow. Every text taken from the data
-(field names, string values, problem hints) is HTML-escaped. The key figures carry a
+Plots and frames are PNG images inside the page (`report_images`). Every text taken from
+the data (field names, string values, problem hints) is HTML-escaped. The key figures carry a
 `data-figure` attribute (`episodes`, `steps`, `terminated`, `truncated`, `mean-return`, ...)
 and show the values `rlds-reverb info` prints, formatted alike.
 """
 
 from __future__ import annotations
 
-import base64
-import html
-import io
 import os
 import pathlib
-import tempfile
 from collections.abc import Sequence
 
 import numpy as np
 import tensorflow as tf
 
 from rlds_reverb.check import report as report_lib
-from rlds_reverb.check.report import ActionDistribution, DatasetReport, FieldSummary, FrameSample
+from rlds_reverb.check.report import DatasetReport, FieldSummary, FrameSample
+from rlds_reverb.check.report_images import (
+    MAX_ACTION_DIMS,
+    escape_html,
+    frame_uri,
+    img,
+    plot_action,
+    plot_histogram,
+)
 from rlds_reverb.core import files, types
 
 __all__ = ['check_output_path', 'render_html', 'save_report', 'write_report']
 
 # Problems listed in the validation table before "and N more".
 MAX_PROBLEM_ROWS = 200
-# Action dimensions plotted per field before "and N more".
-MAX_ACTION_DIMS = 16
 # Longest string sample shown, in characters.
 MAX_SAMPLE_CHARS = 200
 _FRAME_WIDTH_PX = 96
-_PLOT_COLOR = '#3a6ea5'
-_DPI = 96
 
 _CSS = """
 body { font-family: system-ui, -apple-system, 'Segoe UI', Roboto, sans-serif; margin: 2em auto;
@@ -67,92 +66,6 @@ code, .sample { font-family: ui-monospace, 'SFMono-Regular', Menlo, Consolas, mo
 """.replace('FRAME_WIDTH', str(_FRAME_WIDTH_PX))
 
 
-def _escape(text: object) -> str:
-    return html.escape(str(text), quote=True)
-
-
-def _png_uri(data: bytes) -> str:
-    return 'data:image/png;base64,' + base64.b64encode(data).decode('ascii')
-
-
-def _figure(width_in: float = 5.0, height_in: float = 3.0, *, rows: int = 1):
-    from matplotlib.backends.backend_agg import FigureCanvasAgg
-    from matplotlib.figure import Figure
-
-    # Fixed margins: matplotlib's automatic layouts take most of the drawing time.
-    figure = Figure(figsize=(width_in, height_in), dpi=_DPI)
-    margin_in = 0.45
-    figure.subplots_adjust(
-        left=0.75 / width_in,
-        right=1 - 0.15 / width_in,
-        bottom=margin_in / height_in,
-        top=1 - 0.35 / height_in,
-        hspace=0.6 if rows > 1 else 0.2,
-        wspace=0.45,
-    )
-    FigureCanvasAgg(figure)
-    return figure
-
-
-def _plot_uri(figure) -> str:
-    buffer = io.BytesIO()
-    figure.savefig(buffer, format='png', dpi=_DPI)
-    return _png_uri(buffer.getvalue())
-
-
-def _img(uri: str, alt: str, **attributes: str) -> str:
-    extra = ''.join(f' {k}="{_escape(v)}"' for k, v in attributes.items())
-    return f'<img src="{uri}" alt="{_escape(alt)}"{extra}>'
-
-
-def _histogram_plot(values: np.ndarray, title: str, xlabel: str) -> str:
-    figure = _figure()
-    axes = figure.subplots()
-    finite = values[np.isfinite(values)]
-    if finite.size:
-        counts, edges = np.histogram(finite, bins=min(50, len(np.unique(finite))))
-        axes.stairs(counts, edges, fill=True, color=_PLOT_COLOR)
-    axes.set_title(title)
-    axes.set_xlabel(xlabel)
-    axes.set_ylabel('episodes')
-    return _img(_plot_uri(figure), title)
-
-
-def _action_plot(action: ActionDistribution) -> str:
-    shown = min(len(action.dims), MAX_ACTION_DIMS)
-    columns = min(shown, 4)
-    rows = -(-shown // columns)
-    figure = _figure(min(3.2 * columns, 12.8), 2.5 * rows, rows=rows)
-    grid = np.atleast_1d(figure.subplots(rows, columns, squeeze=False).ravel())
-    for dim, axes in enumerate(grid):
-        if dim >= shown:
-            axes.set_visible(False)
-            continue
-        if action.categories is not None:
-            counts = action.categories[dim]
-            labels = [str(v) for v in counts]
-            axes.bar(labels, list(counts.values()), color=_PLOT_COLOR)
-        else:
-            edges, counts = action.histograms[dim]
-            if len(counts):
-                axes.stairs(counts, edges, fill=True, color=_PLOT_COLOR)
-        axes.set_title(action.dims[dim], fontsize=10)
-        axes.set_ylabel('steps', fontsize=9)
-        axes.tick_params(labelsize=8)
-    kind = 'value counts' if action.discrete else 'histogram per dimension'
-    return _img(_plot_uri(figure), f'{action.name}: {kind}')
-
-
-def _frame_uri(frame: np.ndarray) -> str:
-    from PIL import Image
-
-    if frame.shape[-1] == 1:
-        frame = frame[..., 0]
-    buffer = io.BytesIO()
-    Image.fromarray(np.ascontiguousarray(frame)).save(buffer, format='PNG')
-    return _png_uri(buffer.getvalue())
-
-
 def _number(value: float | None, integer: bool) -> str:
     if value is None:
         return '—'
@@ -164,9 +77,9 @@ def _number(value: float | None, integer: bool) -> str:
 def _figure_box(key: str, label: str, value: object, shown: str | None = None) -> str:
     text = str(value) if shown is None else shown
     return (
-        f'<div class="figure"><div class="label">{_escape(label)}</div>'
-        f'<div class="value" data-figure="{key}" data-value="{_escape(value)}">'
-        f'{_escape(text)}</div></div>'
+        f'<div class="figure"><div class="label">{escape_html(label)}</div>'
+        f'<div class="value" data-figure="{key}" data-value="{escape_html(value)}">'
+        f'{escape_html(text)}</div></div>'
     )
 
 
@@ -200,14 +113,14 @@ def _episodes_section(report: DatasetReport) -> str:
     if not stats.episodes:
         return '<p class="note">No episodes.</p>'
     plots = [
-        _histogram_plot(stats.lengths.astype(np.float64), 'Episode length', 'steps'),
-        _histogram_plot(stats.returns, 'Episode return', 'return (sum of rewards)'),
+        plot_histogram(stats.lengths.astype(np.float64), 'Episode length', 'steps'),
+        plot_histogram(stats.returns, 'Episode return', 'return (sum of rewards)'),
     ]
     return f'<div class="plots">{"".join(plots)}</div>'
 
 
 def _table(headers: Sequence[str], rows: Sequence[Sequence[str]], numeric: set[int]) -> str:
-    head = ''.join(f'<th>{_escape(h)}</th>' for h in headers)
+    head = ''.join(f'<th>{escape_html(h)}</th>' for h in headers)
     body = []
     for row in rows:
         cells = ''.join(
@@ -240,10 +153,10 @@ def _fields_table(fields: Sequence[FieldSummary]) -> str:
             ]
         rows.append(
             [
-                f'<code>{_escape(field.name)}</code>',
-                _escape(field.dtype),
-                _escape(_shape_text(field.shape)),
-                *(_escape(s) for s in stats),
+                f'<code>{escape_html(field.name)}</code>',
+                escape_html(field.dtype),
+                escape_html(_shape_text(field.shape)),
+                *(escape_html(s) for s in stats),
             ]
         )
     return _table(['field', 'dtype', 'shape', 'min', 'max', 'mean', 'NaN'], rows, {3, 4, 5, 6})
@@ -257,10 +170,10 @@ def _string_samples(fields: Sequence[FieldSummary]) -> str:
         samples = []
         for value in field.samples:
             shown = value if len(value) <= MAX_SAMPLE_CHARS else value[:MAX_SAMPLE_CHARS] + '…'
-            samples.append(f'<li class="sample">{_escape(repr(shown))}</li>')
+            samples.append(f'<li class="sample">{escape_html(repr(shown))}</li>')
         capped = '+' if field.distinct_capped else ''
         parts.append(
-            f'<h3><code>{_escape(field.name)}</code> '
+            f'<h3><code>{escape_html(field.name)}</code> '
             f'<span class="note">({field.distinct}{capped} distinct values; '
             f'the first {len(field.samples)} shown)</span></h3><ul>{"".join(samples)}</ul>'
         )
@@ -305,10 +218,10 @@ def _validation_section(report: DatasetReport) -> str:
             rows.append(
                 [
                     str(problem.episode),
-                    _escape(where),
-                    f'<code>{_escape(problem.field)}</code>',
-                    _escape(problem.rule.rule_id),
-                    _escape(problem.hint),
+                    escape_html(where),
+                    f'<code>{escape_html(problem.field)}</code>',
+                    escape_html(problem.rule.rule_id),
+                    escape_html(problem.hint),
                 ]
             )
         parts.append(_table(['episode', 'steps', 'field', 'rule', 'what to do'], rows, {0}))
@@ -328,20 +241,20 @@ def _frames_section(frames: Sequence[FrameSample]) -> str:
     for field in dict.fromkeys(f.field for f in frames):
         cells = []
         for sample in (f for f in frames if f.field == field):
-            first = _img(_frame_uri(sample.first), f'{field}, episode {sample.episode}, first step')
-            last = _img(_frame_uri(sample.last), f'{field}, episode {sample.episode}, last step')
+            first = img(frame_uri(sample.first), f'{field}, episode {sample.episode}, first step')
+            last = img(frame_uri(sample.last), f'{field}, episode {sample.episode}, last step')
             cells.append(
                 f'<div class="frames">{first}{last}<br>episode {sample.episode}: '
                 'first, last</div>'
             )
         parts.append(
-            f'<h3><code>{_escape(field)}</code></h3><div class="strip">{"".join(cells)}</div>'
+            f'<h3><code>{escape_html(field)}</code></h3><div class="strip">{"".join(cells)}</div>'
         )
     return ''.join(parts)
 
 
 def _section(title: str, anchor: str, body: str) -> str:
-    return f'<section id="{anchor}"><h2>{_escape(title)}</h2>{body}</section>'
+    return f'<section id="{anchor}"><h2>{escape_html(title)}</h2>{body}</section>'
 
 
 def render_html(report: DatasetReport) -> str:
@@ -361,8 +274,8 @@ def render_html(report: DatasetReport) -> str:
     ]
     if report.actions and stats.steps:
         plots = ''.join(
-            f'<h3><code>{_escape(a.name)}</code></h3>'
-            + _action_plot(a)
+            f'<h3><code>{escape_html(a.name)}</code></h3>'
+            + plot_action(a)
             + (
                 f'<p class="note">the first {MAX_ACTION_DIMS} of {len(a.dims)} dimensions</p>'
                 if len(a.dims) > MAX_ACTION_DIMS
@@ -380,7 +293,7 @@ def render_html(report: DatasetReport) -> str:
     if report.metadata_fields:
         body = _fields_table(report.metadata_fields) + _string_samples(report.metadata_fields)
         sections.append(_section('Episode metadata', 'metadata', body))
-    title = _escape(report.title)
+    title = escape_html(report.title)
     return (
         '<!DOCTYPE html>\n<html lang="en"><head><meta charset="utf-8">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
@@ -419,9 +332,7 @@ def _open_temporary(path: pathlib.Path) -> tuple[int, str]:
             "(such as 'report.html')."
         )
     try:
-        handle, temporary = tempfile.mkstemp(
-            prefix=f'.{path.name}.', suffix='.tmp', dir=path.parent
-        )
+        handle, temporary = files.create_temporary_beside(path)
     except OSError as error:
         reason = error.strerror or str(error)
         if path.parent.exists() and not path.parent.is_dir():
@@ -432,9 +343,7 @@ def _open_temporary(path: pathlib.Path) -> tuple[int, str]:
             f"Cannot write the report to '{path}': {reason}. Give a path in an existing "
             'directory you can write to.'
         ) from error
-    # mkstemp makes the file private; a report is shared as any file the user writes.
-    os.chmod(temporary, 0o666 & ~files.read_umask())
-    return handle, temporary
+    return handle, temporary  # Private (0600) while the page is written.
 
 
 def save_report(found: DatasetReport, path: os.PathLike | str) -> pathlib.Path:
@@ -458,7 +367,8 @@ def save_report(found: DatasetReport, path: os.PathLike | str) -> pathlib.Path:
     try:
         with os.fdopen(handle, 'w', encoding='utf-8') as out:
             out.write(render_html(found))
-        os.replace(temporary, path)
+        # Shared as any file the user writes, never world-writable (core/files.py).
+        files.publish_file(temporary, path)
     except BaseException:
         pathlib.Path(temporary).unlink(missing_ok=True)
         raise

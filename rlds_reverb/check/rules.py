@@ -5,7 +5,7 @@ its *scope* (how many checks it makes and what its predicate receives), its vect
 predicate, what to do when it is broken (`advice`, plus TF-Agents' message for the same
 defect) and the labels of the details its message adds. Everything else is made from it:
 
-* the TF checks (`validation.compute_problem_masks`, `validation.InGraphCheck`) evaluate the
+* the TF checks (`validation.compute_problem_masks`, `in_graph.InGraphCheck`) evaluate the
   predicates with `TF` on one episode's `[T, ...]` tensors inside a `tf.data` map;
 * the NumPy bulk checks (`record_checks`) evaluate the same predicates with `NUMPY` on the
   flat steps of a batch of records, with `flat_step_index` saying where each step sits;
@@ -320,7 +320,7 @@ _ENTRIES: dict[Rule, RuleEntry] = {entry.rule: entry for entry in RULES}
 
 # One problem, as `Problem.describe` and the in-graph message write it.
 PROBLEM_LINE = 'episode {episode}, {where}, field {field}, rule {rule}: {hint}'
-# The message a converter's iterator fails with, in graph (`validation.InGraphCheck`).
+# The message a converter's iterator fails with, in graph (`in_graph.InGraphCheck`).
 IN_GRAPH_MESSAGE = (
     "Episode {episode} is invalid: {problems}. Fix the data, or pass on_invalid='skip' to "
     'drop invalid episodes whole.'

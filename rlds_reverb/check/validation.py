@@ -7,10 +7,13 @@ per-rule masks reach Python. Three entry points share them:
   (raising `InvalidEpisodeError` at the first invalid episode in `raise` mode). A dataset
   `load` read from TFRecord shards is first checked from its records in bulk
   (`record_checks`); only one with a problem, or with encoded step fields, is walked.
-* `InGraphCheck` is the lazy, in-graph form the converters use inside their `tf.data`
-  maps: `raise` fails the iterator with the same message, `skip` drops invalid episodes
-  whole.
+* `in_graph.InGraphCheck` is the lazy, in-graph form the converters use inside their
+  `tf.data` maps: `raise` fails the iterator with the same message, `skip` drops invalid
+  episodes whole.
 * `find_episode_problems(...)` turns one episode's masks into `Problem` records.
+
+`read_episodes` walks a dataset of one element per episode; an episode that does not
+decode is an `UnreadableEpisode` value in its place.
 """
 
 from __future__ import annotations
@@ -18,7 +21,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -104,7 +107,9 @@ class ValidationReport:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Check:
+class Check:
+    """One per-step check: a rule on one field (`list_checks`)."""
+
     rule: Rule
     field: str
 
@@ -139,7 +144,7 @@ def check_step_spec(step_spec: dict) -> None:
     _numeric_leaves(step_spec, types.DISCOUNT)
 
 
-def list_checks(step_spec: dict) -> list[_Check]:
+def list_checks(step_spec: dict) -> list[Check]:
     """Returns the per-step checks, in the order `compute_problem_masks` stacks them.
 
     Raises:
@@ -147,7 +152,7 @@ def list_checks(step_spec: dict) -> list[_Check]:
     """
     for field in (types.REWARD, types.DISCOUNT):
         _numeric_leaves(step_spec, field)
-    return [_Check(rule, field) for rule, field in rules.list_step_checks(step_spec)]
+    return [Check(rule, field) for rule, field in rules.list_step_checks(step_spec)]
 
 
 def compute_problem_masks(steps: types.Nest, *, length: tf.Tensor | None = None) -> tf.Tensor:
@@ -166,7 +171,7 @@ def compute_problem_masks(steps: types.Nest, *, length: tf.Tensor | None = None)
     return tf.stack(rules.evaluate_step_checks(rules.TF, at, steps))
 
 
-def _step_shapes(steps: types.Nest) -> list[tf.Tensor]:
+def compute_step_shapes(steps: types.Nest) -> list[tf.Tensor]:
     """Returns the per-step shape of every leaf (shape without the time dimension)."""
     return [tf.shape(x, out_type=tf.int32)[1:] for x in tree.flatten(steps)]
 
@@ -200,12 +205,12 @@ def summarize_episode(steps: types.Nest) -> EpisodeSummary:
         length=episodes_lib.episode_length(steps),
         masks=compute_problem_masks(steps),
         terminal=tf.reduce_any(steps[types.IS_TERMINAL] & steps[types.IS_LAST]),
-        shapes=tuple(_step_shapes(steps)),
+        shapes=tuple(compute_step_shapes(steps)),
     )
 
 
 def find_episode_problems(
-    episode_index: int, length: int, masks: np.ndarray, checks: list[_Check]
+    episode_index: int, length: int, masks: np.ndarray, checks: list[Check]
 ) -> list[Problem]:
     """Turns one episode's problem masks into `Problem` records (one per rule and field)."""
     if rules.is_broken(Rule.NON_EMPTY, rules.NUMPY, length):
@@ -228,7 +233,10 @@ def find_episode_problems(
 
 
 def _find_shape_problems(
-    episode_index: int, shapes: list[np.ndarray], reference: list[np.ndarray], names: list[str]
+    episode_index: int,
+    shapes: Sequence[np.ndarray],
+    reference: Sequence[np.ndarray],
+    names: list[str],
 ) -> list[Problem]:
     problems = []
     for name, shape, ref in zip(names, shapes, reference, strict=True):
@@ -238,12 +246,50 @@ def _find_shape_problems(
     return problems
 
 
-def _leaf_names(step_spec: dict) -> list[str]:
+def list_leaf_names(step_spec: dict) -> list[str]:
+    """Returns the dotted name of every leaf of a step spec, in `tree.flatten` order."""
     return ['.'.join(map(str, path)) for path, _ in tree.flatten_with_path(step_spec)]
 
 
-def read_episodes(per_episode: tf.data.Dataset) -> Iterator[tuple[int, Any]]:
-    """Yields (episode index, element), or the decoding error of an unreadable episode.
+@dataclasses.dataclass(frozen=True)
+class UnreadableEpisode:
+    """An episode that did not decode, in place of its element (`read_episodes`).
+
+    Attributes:
+      index: The episode's position in the dataset read (counted from 0).
+      error_message: TensorFlow's message, whole.
+      field: The step field the parser names (`observation.image`), else `steps`.
+    """
+
+    index: int
+    error_message: str
+    field: str = types.STEPS
+
+    @classmethod
+    def from_error(cls, index: int, error: tf.errors.OpError) -> UnreadableEpisode:
+        """Returns the unreadable episode at `index`, from the error TF raised reading it."""
+        key = _PARSER_KEY.search(_first_line(error.message))
+        field = key.group(1).replace('/', '.') if key else types.STEPS
+        return cls(index, error.message, field)
+
+    def to_problem(self, episode_index: int) -> Problem:
+        """Returns the episode's problem (rule `readable`), naming TF's reason.
+
+        Args:
+          episode_index: The episode's index in the dataset (`index`, or counted from
+            wherever the read started).
+        """
+        hint = Rule.READABLE.entry.format_hint(_first_line(self.error_message))
+        return Problem(episode_index, 0, self.field, Rule.READABLE, hint, (0,))
+
+
+def _first_line(message: str) -> str:
+    """TF's reason in one line: the message's first line, without the op's `{{...}}` context."""
+    return message.strip().splitlines()[0].split('}}')[-1].strip()
+
+
+def read_episodes(per_episode: tf.data.Dataset) -> Iterator[tuple[int, Any | UnreadableEpisode]]:
+    """Yields (episode index, element), or (index, `UnreadableEpisode`) for one that fails.
 
     A record that fails to decode (`InvalidArgumentError` from the parser or from slicing
     steps of uneven lengths) is one episode's problem and reading goes on; other read
@@ -259,16 +305,7 @@ def read_episodes(per_episode: tf.data.Dataset) -> Iterator[tuple[int, Any]]:
         except StopIteration:
             return
         except tf.errors.InvalidArgumentError as e:
-            yield index, e
-
-
-def _unreadable_problem(episode_index: int, error: tf.errors.OpError) -> Problem:
-    """Returns the problem of an episode that could not be decoded, naming TF's reason."""
-    message = error.message.strip().splitlines()[0].split('}}')[-1].strip()
-    key = _PARSER_KEY.search(message)
-    field = key.group(1).replace('/', '.') if key else types.STEPS
-    hint = Rule.READABLE.entry.format_hint(message)
-    return Problem(episode_index, 0, field, Rule.READABLE, hint, (0,))
+            yield index, UnreadableEpisode.from_error(index, e)
 
 
 class EpisodeChecker:
@@ -291,30 +328,57 @@ class EpisodeChecker:
     def __init__(self, step_spec: dict):
         check_step_spec(step_spec)
         self.checks = list_checks(step_spec)
-        self._names = _leaf_names(step_spec)
-        self._reference = None
+        self._names = list_leaf_names(step_spec)
+        self._reference: tuple[np.ndarray, ...] | None = None
 
     def find_problems(
-        self, episode_index: int, summary: EpisodeSummary | Exception
+        self, episode_index: int, summary: EpisodeSummary | UnreadableEpisode
     ) -> list[Problem]:
         """Returns the episode's problems (empty when it is valid).
 
         Args:
           episode_index: The episode's index in the dataset.
-          summary: The numpy `summarize_episode` of the episode, or the error raised while
-            reading it (see `read_episodes`).
+          summary: The numpy `summarize_episode` of the episode, or the `UnreadableEpisode`
+            `read_episodes` gave in its place.
         """
-        if isinstance(summary, Exception):
-            return [_unreadable_problem(episode_index, summary)]
+        if isinstance(summary, UnreadableEpisode):
+            return [summary.to_problem(episode_index)]
         length = int(summary.length)
         problems = find_episode_problems(episode_index, length, summary.masks, self.checks)
-        if length and self._reference is None:
+        if not length:
+            return problems
+        if self._reference is None:
             self._reference = summary.shapes
-        elif length:
+        else:
             problems += _find_shape_problems(
                 episode_index, summary.shapes, self._reference, self._names
             )
         return problems
+
+
+def count_episode(
+    report: ValidationReport,
+    index: int,
+    problems: list[Problem],
+    summary: EpisodeSummary | UnreadableEpisode,
+) -> None:
+    """Counts one checked episode into `report`, as `validate`'s walk in 'report' mode does.
+
+    Args:
+      report: The report to add to.
+      index: The episode's index in the dataset.
+      problems: What `EpisodeChecker.find_problems` found (none for a valid episode).
+      summary: What it found them in.
+    """
+    if problems or isinstance(summary, UnreadableEpisode):
+        report.problems += problems
+        report.invalid += 1
+        report.invalid_episodes.append(index)
+        return
+    report.valid += 1
+    report.steps += int(summary.length)
+    report.terminated += int(summary.terminal)
+    report.truncated += int(not summary.terminal)
 
 
 def validate(
@@ -371,17 +435,9 @@ def validate(
     report = ValidationReport()
     for index, summary in read_episodes(summaries):
         problems = checker.find_problems(index, summary)
-        if problems:
-            if mode is types.ValidationMode.RAISE:
-                raise InvalidEpisodeError(index, problems)
-            report.problems += problems
-            report.invalid += 1
-            report.invalid_episodes.append(index)
-            continue
-        report.valid += 1
-        report.steps += int(summary.length)
-        report.terminated += int(summary.terminal)
-        report.truncated += int(not summary.terminal)
+        if problems and mode is types.ValidationMode.RAISE:
+            raise InvalidEpisodeError(index, problems)
+        count_episode(report, index, problems, summary)
     return report
 
 
@@ -395,154 +451,3 @@ def _count_from_records(
     """
     source = records.find_record_source(episodes)
     return None if source is None else record_checks.count_valid_episodes(source, step_spec)
-
-
-def describe_invalid_episode(
-    episode_index: int,
-    masks: np.ndarray,
-    episode_broken: np.ndarray,
-    lines: list[tuple[str, Rule, str]],
-) -> str:
-    """Returns the message a converter's iterator fails with (`rules.IN_GRAPH_MESSAGE`).
-
-    One line per broken check, at its first bad step (step 0 for the episode-level checks).
-
-    Args:
-      episode_index: The episode's index.
-      masks: The `[num_checks, T]` masks of `compute_problem_masks`.
-      episode_broken: Whether each episode-level check (empty, shapes) is broken.
-      lines: `(field, rule, hint)` of every check: the per-step ones, then the
-        episode-level ones.
-    """
-    rows = list(masks) + [np.array([broken]) for broken in episode_broken]
-    problems = [
-        rules.format_problem(episode_index, f'step {int(np.argmax(row))}', *line)
-        for row, line in zip(rows, lines, strict=True)
-        if row.any()
-    ]
-    return rules.IN_GRAPH_MESSAGE.format(episode=episode_index, problems='; '.join(problems))
-
-
-def _describe_in_graph(
-    episode_index: tf.Tensor,
-    masks: tf.Tensor,
-    checks: list[_Check],
-    episode_checks: list[tuple[tf.Tensor, _Check, str]],
-) -> tf.Tensor:
-    """Returns `describe_invalid_episode`'s message as a string tensor, for an invalid episode.
-
-    The message is written in Python (`tf.numpy_function`), only when an episode is invalid:
-    built from string ops in graph, it cost about 30 traced ops, a quarter of a converter's
-    set-up time, for a branch that valid data never runs. The op is declared stateless, so
-    a dataset holding it keeps its iterators checkpointable.
-    """
-    lines = [(c.field, c.rule, c.rule.hint) for c in checks]
-    lines += [(c.field, c.rule, hint) for _, c, hint in episode_checks]
-
-    def _describe(index: np.ndarray, masks: np.ndarray, broken: np.ndarray) -> bytes:
-        return describe_invalid_episode(int(index), masks, broken, lines).encode()
-
-    broken = tf.stack([b for b, _, _ in episode_checks])
-    return tf.numpy_function(_describe, [episode_index, masks, broken], tf.string, stateful=False)
-
-
-def _compute_episode_ok(
-    steps: types.Nest, checks: list[_Check], reference: tuple[list, list[str]] | None
-) -> tuple[tf.Tensor, tf.Tensor, list[tuple[tf.Tensor, _Check, str]]]:
-    """Returns (ok, masks, episode-level checks) for one episode."""
-    length = episodes_lib.episode_length(steps)
-    masks = compute_problem_masks(steps, length=length)
-    episode_checks = [
-        (
-            rules.is_broken(Rule.NON_EMPTY, rules.TF, length),
-            _Check(Rule.NON_EMPTY, types.STEPS),
-            Rule.NON_EMPTY.hint,
-        )
-    ]
-    if reference is not None:
-        shapes, names = reference
-        for shape, ref, name in zip(_step_shapes(steps), shapes, names, strict=True):
-            episode_checks.append(
-                (
-                    rules.is_broken(Rule.CONSISTENT_SHAPE, rules.TF, shape, ref),
-                    _Check(Rule.CONSISTENT_SHAPE, name),
-                    Rule.CONSISTENT_SHAPE.entry.format_hint(list(ref)),
-                )
-            )
-    broken = tf.reduce_any(masks)
-    for episode_broken, _, _ in episode_checks:
-        broken |= episode_broken
-    return ~broken, masks, episode_checks
-
-
-def _find_reference_shapes(episodes: tf.data.Dataset, step_spec: dict) -> tuple | None:
-    """Returns the first non-empty episode's per-step shapes when the spec leaves dims open.
-
-    tf.data enforces fully known shapes itself, so this peek happens only for datasets whose
-    spec has unknown dimensions.
-    """
-    if all(spec.shape.is_fully_defined() for spec in tree.flatten(step_spec)):
-        return None
-    tensors = episodes_lib.to_episode_tensors(episodes)
-    non_empty = tensors.filter(
-        episodes_lib.without_autograph(lambda s: episodes_lib.episode_length(s) > 0)
-    )
-    for steps in non_empty.take(1):
-        return [s.numpy() for s in _step_shapes(steps)], _leaf_names(step_spec)
-    return None
-
-
-class InGraphCheck:
-    """The validation rules as graph ops on one episode, for lazy checks inside `tf.data` maps.
-
-    The converters use it in the same map that decodes and converts an episode: `raise`
-    mode fails the iterator with the message `Problem.describe` would give (first bad step
-    per rule), `skip` mode filters on `is_valid`. The consistent-shape rule compares with
-    the first non-empty episode, peeked once when the spec leaves dimensions open.
-
-    Args:
-      episodes: The RLDS dataset the check is for.
-      step_spec: Its step spec.
-
-    Raises:
-      SpecMismatchError: If flags are not bool, or rewards/discounts not numeric.
-
-    Example:
-      >>> check = InGraphCheck(episodes, specs.get_step_spec(episodes))
-      >>> steps = check.assert_valid(index, steps)
-    """
-
-    def __init__(self, episodes: tf.data.Dataset, step_spec: dict):
-        check_step_spec(step_spec)
-        self._checks = list_checks(step_spec)
-        self._reference = _find_reference_shapes(episodes, step_spec)
-
-    def is_valid(self, steps: types.Nest) -> tf.Tensor:
-        """Returns a scalar bool: whether the episode breaks no rule."""
-        return _compute_episode_ok(steps, self._checks, self._reference)[0]
-
-    def assert_valid(
-        self, episode_index: tf.Tensor, steps: types.Nest, *, check_first: bool = False
-    ) -> types.Nest:
-        """Returns `steps`; the map fails with an `InvalidArgumentError` naming every problem.
-
-        tf.data functions run their stateful ops (the `Assert`) with every element, so the
-        steps need no control dependency on it (an `Identity` per field, each traced op
-        costing set-up time), unless code that may fail on invalid steps reads them.
-
-        Args:
-          episode_index: The episode's index in the dataset.
-          steps: The episode's steps as whole `[T, ...]` tensors.
-          check_first: Return the steps only after the check (for a user's function).
-        """
-        ok, masks, episode_checks = _compute_episode_ok(steps, self._checks, self._reference)
-        message = tf.cond(
-            ok,
-            lambda: tf.constant(''),
-            lambda: _describe_in_graph(episode_index, masks, self._checks, episode_checks),
-        )
-        check = tf.debugging.Assert(ok, [message], summarize=1)
-        if not check_first:
-            return steps
-        with tf.control_dependencies([check]):
-            return tf.nest.map_structure(tf.identity, steps)

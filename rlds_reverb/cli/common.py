@@ -4,6 +4,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING, Literal
+
+if TYPE_CHECKING:
+    import tqdm
 
 __all__ = [
     'EXIT_ERROR',
@@ -30,7 +34,7 @@ class ProgressBar:
 
     def __init__(self, *, disable: bool, total: int | None = None, unit: str = ' steps'):
         self._options = {'unit': unit, 'total': total, 'disable': disable}
-        self._bar = None
+        self._bar: tqdm.tqdm | None = None
         self._episodes = 0
 
     def update(self, episodes: int, steps: int) -> None:
@@ -78,7 +82,7 @@ def load_source(
     args: argparse.Namespace,
     *,
     split: str | None = None,
-    check_files: bool | str = True,
+    check_files: bool | Literal['full'] = True,
 ):
     """Opens the command's SOURCE with `rlds_reverb.load` (the CLI's one loader).
 

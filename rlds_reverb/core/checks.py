@@ -40,6 +40,14 @@ def check_int_at_least(
     return int(value)
 
 
+def _is_real(value: Any) -> bool:
+    """Whether `value` is a real number; booleans are not (`True` is a switch, not a number).
+
+    A plain bool, not a type guard: `value` stays `Any` for the comparisons that follow.
+    """
+    return not isinstance(value, bool) and isinstance(value, numbers.Real)
+
+
 def check_unit_interval(value: Any, *, argument: str, error: type[Exception] = ValueError) -> float:
     """Returns `value` as a float after checking it lies in [0, 1].
 
@@ -50,7 +58,7 @@ def check_unit_interval(value: Any, *, argument: str, error: type[Exception] = V
       >>> check_unit_interval(0.99, argument='gamma')
       0.99
     """
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or not 0.0 <= value <= 1.0:
+    if not _is_real(value) or not 0.0 <= value <= 1.0:
         raise error(f'{argument}={value!r} is not valid; expected a number in [0, 1].')
     return float(value)
 
@@ -73,8 +81,7 @@ def check_number_above(
       4.0
     """
     valid = (
-        not isinstance(value, bool)
-        and isinstance(value, numbers.Real)
+        _is_real(value)
         and math.isfinite(value)
         and (value >= minimum if inclusive else value > minimum)
     )

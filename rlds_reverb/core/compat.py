@@ -192,7 +192,8 @@ def stop_resource_tracker() -> None:
     """
     from multiprocessing import resource_tracker
 
-    resource_tracker._resource_tracker._stop()  # noqa: SLF001
+    # typeshed leaves the private `_stop` out of `ResourceTracker`.
+    resource_tracker._resource_tracker._stop()  # type: ignore[attr-defined]  # noqa: SLF001
 
 
 def keep_alive_forever(value: object) -> None:

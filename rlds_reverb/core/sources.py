@@ -25,7 +25,7 @@ from __future__ import annotations
 import abc
 import dataclasses
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 import tensorflow as tf
 
@@ -40,7 +40,7 @@ __all__ = [
 ]
 
 # A count or index as tf.data takes it: a Python int or a scalar int64 tensor.
-Count = int | tf.Tensor
+Count: TypeAlias = int | tf.Tensor
 
 
 def _to_static(value: Count) -> Count:

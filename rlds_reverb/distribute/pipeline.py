@@ -66,7 +66,7 @@ from apache_beam.options.pipeline_options import (
 )
 
 from rlds_reverb.check import record_checks, validation
-from rlds_reverb.core import compat, errors, specs, timeouts, types
+from rlds_reverb.core import compat, errors, files, specs, timeouts, types
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.distribute import routing
 from rlds_reverb.read import loading, records
@@ -326,12 +326,13 @@ def _count_decoded(job: _Job, episodes: tf.data.Dataset, first: int, checker):
     for local, element in validation.read_episodes(counted):
         _count_read(_DECODED_TO_COUNT, 1)
         index = first + local
-        summary, count = (element, 0) if isinstance(element, Exception) else element
+        unreadable = isinstance(element, validation.UnreadableEpisode)
+        summary, count = (element, 0) if unreadable else element
         problems = checker.find_problems(index, summary)
         if problems:
             if job.mode is types.ValidationMode.RAISE:
                 raise errors.InvalidEpisodeError(index, problems)
-            length = 0 if isinstance(summary, Exception) else int(summary.length)
+            length = 0 if unreadable else int(summary.length)
             yield _Episode(index, length, 0, valid=False)
             continue
         _check_length(job, index, int(summary.length))
@@ -413,13 +414,24 @@ def _place(counts: list[tuple[int, int]], num_servers: int) -> dict[int, int]:
 # --- Stage 3: one writer per (server, table) -------------------------------------------------
 
 
-def _one_line(error: BaseException) -> str:
+def _one_line(error: BaseException | str) -> str:
     text = ' '.join(str(error).split())
     return text if text.endswith(('.', '?', '!')) else text + '.'
 
 
 def _result_path(result_dir: str, position: int) -> str:
     return FileSystems.join(result_dir, f'server-{position:05d}.json')
+
+
+def _write_result(path: str, counts: ServerCounts) -> None:
+    """Writes a writer's counts; a local file as every file of the toolkit (core/files.py)."""
+    data = json.dumps(dataclasses.asdict(counts)).encode()
+    if FileSystems.get_scheme(path) is None:
+        with files.replace_file(path) as f:
+            f.write(data)
+        return
+    with FileSystems.create(path) as f:
+        f.write(data)
 
 
 class _WritePartition(beam.DoFn):
@@ -447,8 +459,7 @@ class _WritePartition(beam.DoFn):
         except Exception as e:
             message = _describe_write_failure(job, address, e, done)
             raise RuntimeError(f'{_WORKER_ERROR}{message}') from e
-        with FileSystems.create(_result_path(job.result_dir, position)) as f:
-            f.write(json.dumps(dataclasses.asdict(counts)).encode())
+        _write_result(_result_path(job.result_dir, position), counts)
         yield counts
 
 
@@ -502,9 +513,14 @@ def _read_plans(job: _Job, episodes: list[_Episode]):
 def _check_plans(job: _Job, episodes: list[_Episode], decoded: tf.Variable):
     plans = validation.read_episodes(_plan_episodes(job, [e.index for e in episodes], decoded))
     for episode in episodes:
-        _, plan = next(plans, (None, RuntimeError('the dataset has fewer episodes')))
-        if isinstance(plan, Exception) or plan.num_items != episode.num_items:
-            found = _one_line(plan) if isinstance(plan, Exception) else f'{plan.num_items} items'
+        _, plan = next(plans, (None, None))
+        if plan is None:
+            found = 'the dataset has fewer episodes.'
+        elif isinstance(plan, validation.UnreadableEpisode):
+            found = _one_line(plan.error_message)
+        else:
+            found = f'{plan.num_items} items' if plan.num_items != episode.num_items else ''
+        if found:
             raise errors.PushError(
                 f'Episode {episode.index} reads differently than when it was counted '
                 f'({episode.num_items} items; now {found}). Was the dataset changed during '

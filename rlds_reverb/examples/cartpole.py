@@ -33,7 +33,7 @@ import json
 import os
 import pathlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import tensorflow_datasets as tfds
@@ -104,11 +104,11 @@ def _draw_fractions(
     rng: np.random.Generator, num_episodes: int, random_action_fraction: float | tuple[float, float]
 ) -> np.ndarray:
     """Returns each episode's random-action fraction (fixed, or uniform in a range)."""
-    low, high = (
-        (random_action_fraction, random_action_fraction)
-        if np.isscalar(random_action_fraction)
-        else random_action_fraction
-    )
+    # np.isscalar (NumPy scalars count) is no type guard: the casts say what it decided.
+    if np.isscalar(random_action_fraction):
+        low = high = cast(float, random_action_fraction)
+    else:
+        low, high = cast(tuple[float, float], random_action_fraction)
     if not 0.0 <= low <= high <= 1.0:
         raise ValueError(
             f'random_action_fraction={random_action_fraction!r} must be a fraction in [0, 1] '
@@ -125,7 +125,7 @@ def _run_episode(
     explore = rng.random(max_episode_steps) < fraction
     random_actions = rng.integers(0, 2, size=max_episode_steps)
     observations = [env.reset(seed=env_seed)]
-    actions = []
+    actions: list[int] = []
     done, info = False, {}
     while not done:
         t = len(actions)
@@ -327,7 +327,9 @@ def _read_metadata(path: pathlib.Path) -> dict[str, Any]:
 def default_data_dir() -> pathlib.Path:
     """Returns the default data directory: `$RLDS_REVERB_DATA_DIR`, else `~/.cache/rlds_reverb`."""
     override = os.environ.get(DATA_DIR_ENV)
-    base = override if override else pathlib.Path.home() / '.cache' / 'rlds_reverb'
+    base: str | pathlib.Path = (
+        override if override else pathlib.Path.home() / '.cache' / 'rlds_reverb'
+    )
     return pathlib.Path(base).expanduser().absolute()
 
 
@@ -381,7 +383,7 @@ def ensure_default_dataset(*, data_dir: os.PathLike | str | None = None) -> path
     if data_dir is None:  # The toolkit's own cache: private (README, Security).
         data_dir = files.make_private_dirs(default_data_dir())
     path = dataset_dir(data_dir)
-    defaults = {
+    defaults: dict[str, Any] = {
         'num_episodes': DEFAULT_NUM_EPISODES,
         'random_action_fraction': DEFAULT_RANDOM_ACTION_FRACTION,
         'seed': 0,

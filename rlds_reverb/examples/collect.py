@@ -13,6 +13,7 @@ from __future__ import annotations
 import enum
 import os
 from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 from tf_agents.drivers import py_driver
@@ -124,7 +125,7 @@ def record_episodes(
         with recorder_lib.RldsRecorder(
             directory, agent_policy.trajectory_spec, metadata=metadata
         ) as recorder:
-            observers = [recorder]
+            observers: list[Callable[[Any], None]] = [recorder]
             if progress is not None:
                 observers.append(lambda _: progress(recorder.stats))
             driver = py_driver.PyDriver(env, agent_policy, observers, max_episodes=num_episodes)

@@ -348,14 +348,14 @@ def train(
     iterator = iter(learner.as_dataset())
     started = time.perf_counter()
 
-    def evaluate(iteration: int) -> None:
+    def evaluate(iteration: int, eval_fn: Callable[[], float]) -> None:
         begun = time.perf_counter()
         history.eval_iterations.append(iteration)
         history.eval_returns.append(eval_fn())
         history.eval_seconds += time.perf_counter() - begun
 
     if eval_fn is not None and 0 in scheduled:
-        evaluate(0)
+        evaluate(0, eval_fn)
     bar = tqdm(range(1, config.num_iterations + 1), desc='train', disable=not progress)
     for iteration in bar:
         loss, keys, priorities = train_step(iterator)
@@ -366,7 +366,7 @@ def train(
             config.eval_interval and iteration % config.eval_interval == 0
         )
         if eval_fn is not None and (due or last):
-            evaluate(iteration)
+            evaluate(iteration, eval_fn)
             bar.set_postfix(loss=f'{float(loss):.3f}', eval_return=history.eval_returns[-1])
     history.seconds = time.perf_counter() - started
     return history

@@ -26,11 +26,13 @@ Example:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import pathlib
 import time
 import warnings
+from collections.abc import Callable
 from typing import Any
 
 import reverb
@@ -63,6 +65,7 @@ __all__ = [
     'make_config',
     'make_learner_dataset',
     'run_demo',
+    'save_summary',
     'seed_table',
     'seed_tables',
 ]
@@ -239,6 +242,50 @@ def _say(message: str, *, verbose: bool, started: float) -> None:
         print(f'{message} [{time.perf_counter() - started:.0f} s]', flush=True)
 
 
+def _seed_and_train(
+    episodes: tf.data.Dataset,
+    config: learner.LearnerConfig,
+    *,
+    num_steps: int,
+    num_servers: int,
+    seed: int,
+    say: Callable[[str], None],
+    verbose: bool,
+) -> tuple[learner.CqlDqnAgent, learner.TrainHistory, list[int]]:
+    """Steps 3 and 4: seeds the servers, trains from them; returns (agent, history, counts)."""
+    servers, addresses, signature, counts = seed_tables(
+        episodes, config, num_steps=num_steps, num_servers=num_servers
+    )
+    try:  # From here on the servers stop on any way out, Ctrl-C included.
+        where = (
+            '' if num_servers == 1 else f' on {num_servers} servers ({", ".join(map(str, counts))})'
+        )
+        say(f'[3/7] seeded prioritized table {TABLE!r} with {sum(counts)} items{where}')
+        agent = learner.build_agent(
+            config,
+            observation_spec=signature[types.OBSERVATION],
+            action_spec=make_action_spec(signature),
+        )
+        dataset = make_learner_dataset(addresses, signature, agent, config)
+        say(f'[4/7] training {config.num_iterations} iterations')
+        with warnings.catch_warnings():
+            # AutoGraph's conversion of TF-Agents code trips Python's `is` literal warning.
+            warnings.simplefilter('ignore', SyntaxWarning)
+            history = learner.train(
+                agent,
+                dataset,
+                config,
+                progress=verbose,
+                eval_fn=lambda: learner.evaluate_policy(
+                    agent.policy, num_episodes=config.eval_episodes, seed=seed + 1000
+                ),
+            )
+    finally:
+        for server in servers:
+            server.stop()
+    return agent, history, counts
+
+
 def run_demo(
     *,
     quick: bool = False,
@@ -280,72 +327,41 @@ def run_demo(
     """
     checks.check_int_at_least(num_servers, 1, argument='num_servers')
     started = time.perf_counter()
+    say = functools.partial(_say, verbose=verbose, started=started)
     config = config or make_config(quick=quick, seed=seed)
     path = cartpole.ensure_default_dataset(data_dir=data_dir)
-    _say(f'[1/7] dataset: {path}', verbose=verbose, started=started)
+    say(f'[1/7] dataset: {path}')
     episodes = loading.load(path)
     report = validation.validate(episodes, on_invalid='raise')
-    _say(f'[2/7] valid: {report.format()}', verbose=verbose, started=started)
+    say(f'[2/7] valid: {report.format()}')
     behaviour = compute_behaviour_return(episodes)
-    servers, addresses, signature, counts = seed_tables(
-        episodes, config, num_steps=report.steps, num_servers=num_servers
-    )
-    try:  # From here on the servers stop on any way out, Ctrl-C included.
-        num_items = sum(counts)
-        where = (
-            '' if num_servers == 1 else f' on {num_servers} servers ({", ".join(map(str, counts))})'
-        )
-        _say(
-            f'[3/7] seeded prioritized table {TABLE!r} with {num_items} items{where}',
-            verbose=verbose,
-            started=started,
-        )
-        agent = learner.build_agent(
-            config,
-            observation_spec=signature[types.OBSERVATION],
-            action_spec=make_action_spec(signature),
-        )
-        dataset = make_learner_dataset(addresses, signature, agent, config)
-        _say(f'[4/7] training {config.num_iterations} iterations', verbose=verbose, started=started)
-        with warnings.catch_warnings():
-            # AutoGraph's conversion of TF-Agents code trips Python's `is` literal warning.
-            warnings.simplefilter('ignore', SyntaxWarning)
-            history = learner.train(
-                agent,
-                dataset,
-                config,
-                progress=verbose,
-                eval_fn=lambda: learner.evaluate_policy(
-                    agent.policy, num_episodes=config.eval_episodes, seed=seed + 1000
-                ),
-            )
-    finally:
-        for server in servers:
-            server.stop()
-    final = learner.evaluate_policy(agent.policy, num_episodes=FINAL_EVAL_EPISODES, seed=seed)
-    _say(
-        f'[5/7] evaluated the final greedy policy on {FINAL_EVAL_EPISODES} episodes',
+    agent, history, counts = _seed_and_train(
+        episodes,
+        config,
+        num_steps=report.steps,
+        num_servers=num_servers,
+        seed=seed,
+        say=say,
         verbose=verbose,
-        started=started,
     )
+    final = learner.evaluate_policy(agent.policy, num_episodes=FINAL_EVAL_EPISODES, seed=seed)
+    say(f'[5/7] evaluated the final greedy policy on {FINAL_EVAL_EPISODES} episodes')
     untrained = (
         f'; untrained {history.eval_returns[0]:.1f}' if history.eval_iterations[:1] == [0] else ''
     )
-    _say(
+    say(
         f'[6/7] average return: learned policy {final:.1f} vs behaviour policy {behaviour:.1f} '
-        f'(max 500{untrained})',
-        verbose=verbose,
-        started=started,
+        f'(max 500{untrained})'
     )
     output = pathlib.Path(output_dir)
     plot = plots.plot_training(
         history, behaviour_return=behaviour, final_return=final, path=output / PLOT_NAME
     )
-    _say(f'[7/7] plot: {plot}', verbose=verbose, started=started)
+    say(f'[7/7] plot: {plot}')
     summary = {
         'eval_return': final,
         'behaviour_return': behaviour,
-        'num_items': num_items,
+        'num_items': sum(counts),
         'items_per_server': counts,
         'num_iterations': config.num_iterations,
         'train_seconds': history.seconds,
@@ -358,6 +374,24 @@ def run_demo(
         'dataset': str(path),
         'config': dataclasses.asdict(config),
     }
-    (output / SUMMARY_NAME).write_text(json.dumps(summary, indent=2))
-    files.remove_world_write(output / SUMMARY_NAME)
+    save_summary(summary, output)
     return summary
+
+
+def save_summary(summary: dict[str, Any], output_dir: os.PathLike | str) -> pathlib.Path:
+    """Writes a demo summary as `output_dir/summary.json` (never world-writable).
+
+    Args:
+      summary: What `run_demo` returns (JSON-able).
+      output_dir: The demo's output directory (created if missing).
+
+    Returns:
+      The path written.
+
+    Example:
+      >>> save_summary(summary, 'rlds_reverb_demo')
+    """
+    path = files.make_shared_dirs(output_dir) / SUMMARY_NAME
+    with files.replace_file(path, text=True) as out:
+        out.write(json.dumps(summary, indent=2))
+    return path

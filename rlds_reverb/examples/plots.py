@@ -52,13 +52,29 @@ def build_training_figure(
 
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
-    from matplotlib import ticker
 
     fig = plt.figure(figsize=(14, 6))
     grid = fig.add_gridspec(2, 2, width_ratios=(3, 2))
-    ax_eval = fig.add_subplot(grid[:, 0])
-    ax_loss = fig.add_subplot(grid[0, 1])
-    ax_prio = fig.add_subplot(grid[1, 1])
+    _draw_curve(fig.add_subplot(grid[:, 0]), history, behaviour_return)
+    _draw_loss(fig.add_subplot(grid[0, 1]), history.losses)
+    _draw_priorities(fig.add_subplot(grid[1, 1]), history.last_priorities)
+    returns = history.eval_returns
+    if final_return is None and returns:
+        final_return = returns[-1]
+    headline = title
+    if final_return is not None:
+        headline += (
+            f': the learned policy scores {final_return:.0f}, the policy that collected '
+            f'the data {behaviour_return:.0f}'
+        )
+    fig.suptitle(headline, fontsize=14)
+    fig.tight_layout()
+    return fig
+
+
+def _draw_curve(ax_eval, history: TrainHistory, behaviour_return: float) -> None:
+    """The learning curve against the behaviour policy's return (`CURVE_TITLE`)."""
+    from matplotlib import ticker
 
     iterations, returns = history.eval_iterations, history.eval_returns
     ax_eval.axhline(
@@ -95,30 +111,25 @@ def build_training_figure(
     ax_eval.grid(alpha=0.3)
     ax_eval.legend(loc='lower right')
 
-    losses = np.asarray(history.losses)
+
+def _draw_loss(ax_loss, history_losses: list[float]) -> None:
+    """The loss per iteration, and its running mean over about a fiftieth of the run."""
+    losses = np.asarray(history_losses)
     ax_loss.plot(np.arange(1, len(losses) + 1), losses, alpha=0.3, label='loss')
     window = max(1, len(losses) // 50)
     smooth = np.convolve(losses, np.ones(window) / window, mode='valid')
     ax_loss.plot(np.arange(window, len(losses) + 1), smooth, label=f'mean of {window}')
     ax_loss.set(xlabel='iteration', ylabel='TD + CQL loss', yscale='log', title='loss')
     ax_loss.legend()
-    priorities = np.fromiter(history.last_priorities.values(), float)
+
+
+def _draw_priorities(ax_prio, last_priorities: dict[int, float]) -> None:
+    """A histogram of the last priorities sent, on log-spaced bins."""
+    priorities = np.fromiter(last_priorities.values(), float)
     if priorities.size:
         bins = np.logspace(np.log10(priorities.min()), np.log10(priorities.max() + 1e-12), 50)
-        ax_prio.hist(priorities, bins=bins)
+        ax_prio.hist(priorities, bins=bins.tolist())
     ax_prio.set(xlabel='priority |δ| + ε', ylabel='items', xscale='log', title='last priorities')
-
-    if final_return is None and returns:
-        final_return = returns[-1]
-    headline = title
-    if final_return is not None:
-        headline += (
-            f': the learned policy scores {final_return:.0f}, the policy that collected '
-            f'the data {behaviour_return:.0f}'
-        )
-    fig.suptitle(headline, fontsize=14)
-    fig.tight_layout()
-    return fig
 
 
 def plot_training(
@@ -153,7 +164,7 @@ def plot_training(
     )
     path = pathlib.Path(path)
     files.make_shared_dirs(path.parent)
-    fig.savefig(path, dpi=100)
+    with files.replace_file(path) as out:  # Never world-writable, even while written.
+        fig.savefig(out, format=path.suffix[1:] or 'png', dpi=100)
     plt.close(fig)
-    files.remove_world_write(path)
     return path

@@ -23,7 +23,7 @@ _MAX_OBSERVATION_BYTES = 64 * 2**20
 
 
 def _make_observation_table(
-    rng: np.random.Generator, rows: int, shape: Sequence[int], dtype: np.dtype
+    rng: np.random.Generator, rows: int, shape: Sequence[int], dtype: np.dtype | type
 ) -> np.ndarray:
     """Returns `rows` random observations: uniform bytes for integers, normal for floats."""
     dtype = np.dtype(dtype)

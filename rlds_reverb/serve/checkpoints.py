@@ -169,7 +169,7 @@ def write_table_checkpoints(
       >>> write_table_checkpoints(path, read_table_checkpoints(path))
     """
     path = pathlib.Path(checkpoint_path) / TABLES_FILE
-    staging = path.with_suffix('.rewrite')
+    staging = files.create_shared_file(path.with_suffix('.rewrite'))  # Never world-writable.
     with open_checkpoint_writer(staging) as writer:
         for table in tables:
             writer.write(table.SerializeToString())

@@ -19,6 +19,7 @@ import math
 import os
 import socket
 from collections.abc import Sequence
+from typing import TypeAlias
 
 import reverb
 
@@ -38,7 +39,7 @@ __all__ = [
     'probe_server',
 ]
 
-TableInfo = reverb.reverb_types.TableInfo
+TableInfo: TypeAlias = reverb.reverb_types.TableInfo
 
 # How long a server may take to accept a connection before it is named unreachable: a
 # refused connection (nothing listening) is named at once, a host that does not answer

@@ -9,6 +9,7 @@ spec functions as the converter (`rlds_reverb.core.specs`).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import TypedDict
 
 import reverb
 import tensorflow as tf
@@ -248,6 +249,16 @@ def signature_for(
     return item.compute_item_spec(episodes, policy_info_fn=policy_info_fn)
 
 
+class _SampledTableOptions(TypedDict):
+    """The options `make_table` passes to `uniform` and `prioritized` alike."""
+
+    max_size: int
+    signature: types.SpecNest | None
+    min_size_to_sample: int
+    samples_per_insert: float | None
+    max_times_sampled: int
+
+
 def make_table(
     preset: TablePreset | str,
     name: str,
@@ -283,7 +294,7 @@ def make_table(
     preset = types.as_enum(TablePreset, preset, argument='table_preset')
     if preset is TablePreset.FIFO:
         return fifo_queue(name, max_size=max_size, signature=signature)
-    common = dict(
+    common = _SampledTableOptions(
         max_size=max_size,
         signature=signature,
         min_size_to_sample=min_size_to_sample,

@@ -29,7 +29,7 @@ import tensorflow as tf
 from tf_agents.trajectories import time_step as ts
 from tf_agents.trajectories import trajectory
 
-from rlds_reverb.check import validation
+from rlds_reverb.check import in_graph
 from rlds_reverb.core import checks, compat, specs, types
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core.specs import PolicyInfoFn
@@ -174,7 +174,7 @@ def convert_episodes_to_trajectories(
         raise ValueError(
             "on_invalid='report' converts nothing; call rlds_reverb.validate() instead."
         )
-    check = validation.InGraphCheck(rlds_data, specs.get_step_spec(rlds_data))
+    check = in_graph.InGraphCheck(rlds_data, specs.get_step_spec(rlds_data))
     # Indices come before the checks, so that they stay right when an episode is dropped.
     if episodes_lib.has_whole_episodes(rlds_data):
         # The whole episodes themselves: picking `steps` in the one map below saves a map.

@@ -165,7 +165,8 @@ def _count_per_valid_episode(
     checker = validation.EpisodeChecker(specs.get_step_spec(episodes))
     counts = []
     for index, element in validation.read_episodes(counted):
-        summary, count = (element, 0) if isinstance(element, Exception) else element
+        unreadable = isinstance(element, validation.UnreadableEpisode)
+        summary, count = (element, 0) if unreadable else element
         counts.append(0 if checker.find_problems(index, summary) else int(count))
     return np.asarray(counts, dtype=np.int64)
 

@@ -288,13 +288,13 @@ class EpisodeLoop:
 
     # --- Refusals before an episode ---
 
-    def _check_episode(self, index: int, plan: EpisodePlan | Exception) -> bool:
+    def _check_episode(self, index: int, plan: EpisodePlan | validation.UnreadableEpisode) -> bool:
         """Returns whether to write the episode; raises for invalid data in raise mode.
 
-        `plan` is the error raised while reading the episode when it could not be decoded.
+        `plan` is an `UnreadableEpisode` when the episode could not be decoded.
         """
         problems = self._checker.find_problems(
-            index, plan if isinstance(plan, Exception) else plan.summary
+            index, plan if isinstance(plan, validation.UnreadableEpisode) else plan.summary
         )
         if problems:
             if self.options.on_invalid is types.ValidationMode.SKIP:
@@ -443,14 +443,14 @@ class EpisodeLoop:
 
     def run(
         self,
-        indexed_plans: Iterable[tuple[int, EpisodePlan | Exception]],
+        indexed_plans: Iterable[tuple[int, EpisodePlan | validation.UnreadableEpisode]],
         *,
         num_columns: int | None = None,
     ) -> PushStats:
         """Writes the episodes `(index, plan)` in order; returns the stats of this loop.
 
-        A plan may be the error raised while reading its episode (`validation.read_episodes`);
-        such an episode is invalid. The writer is closed on every path.
+        A plan may be an `UnreadableEpisode` (`validation.read_episodes`): an episode that
+        could not be decoded, so invalid. The writer is closed on every path.
 
         Args:
           indexed_plans: The episodes' indices in the dataset and their plans, in order.

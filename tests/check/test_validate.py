@@ -1,5 +1,7 @@
 """One test per validation rule (docs/semantics.md §2), the modes, the report and the errors."""
 
+import dataclasses
+
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -142,3 +144,29 @@ def test_non_bool_flags_and_string_rewards_are_spec_errors():
 def test_missing_steps_is_a_source_error():
     with pytest.raises(errors.SourceError, match="No dataset representing RLDS 'steps'"):
         rlds_reverb.validate(tf.data.Dataset.from_tensors({'x': 1}))
+
+
+def test_an_unreadable_episode_is_a_value_in_its_place(tmp_path):
+    from rlds_reverb.check import validation
+    from rlds_reverb.core import episodes as episodes_lib
+
+    uneven = builders.episode(3)
+    uneven[types.OBSERVATION] = uneven[types.OBSERVATION][:2]  # Does not decode.
+    episodes = [builders.episode(2), uneven, builders.episode(4)]
+    directory = builders.write_tfds(tmp_path, episodes, name='uneven')
+    lengths = episodes_lib.to_episode_tensors(rlds_reverb.load(directory)).map(
+        episodes_lib.episode_length
+    )
+    read = list(validation.read_episodes(lengths))
+    assert [(i, e) for i, e in read if not isinstance(e, validation.UnreadableEpisode)] == [
+        (0, 2),
+        (2, 4),
+    ]
+    index, unreadable = read[1]
+    assert isinstance(unreadable, validation.UnreadableEpisode) and unreadable.index == index == 1
+    assert 'different number of steps' in unreadable.error_message
+    problem = unreadable.to_problem(7)  # Numbered as the caller counts episodes.
+    assert (problem.episode, problem.field, problem.rule) == (7, unreadable.field, Rule.READABLE)
+    assert problem.hint.startswith(Rule.READABLE.hint)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        unreadable.index = 0

@@ -7,6 +7,7 @@ out world-writable.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pickle
@@ -15,15 +16,18 @@ import signal
 import socket
 import stat
 import tempfile
+import threading
 
 import numpy as np
 import portpicker
 import pytest
 import reverb
 
+import rlds_reverb
+from rlds_reverb.check import report_html
 from rlds_reverb.core import errors, files, types
 from rlds_reverb.examples import cartpole
-from rlds_reverb.export import reverb_export, table_copy
+from rlds_reverb.export import reverb_export, rlds_copy, table_copy
 from rlds_reverb.read import loading
 from rlds_reverb.serve import checkpoints, server, tables
 from rlds_reverb.storage import tfds_writer
@@ -50,6 +54,54 @@ def _list_world_writable(root) -> list[str]:
     for parent, dirs, names in os.walk(root):
         entries += [os.path.join(parent, n) for n in (*dirs, *names)]
     return [p for p in entries if not os.path.islink(p) and os.lstat(p).st_mode & stat.S_IWOTH]
+
+
+def _list_reachable_world_writable(root) -> list[str]:
+    """Returns the entries under `root` with the world-write bit that others could reach.
+
+    Reachable: through directories that others may enter (`o+x`), `root` counted as one; a
+    private (0700) directory the toolkit writes in is not entered. Entries removed while
+    they are listed are skipped.
+    """
+    found, pending = [], [os.fspath(root)]
+    while pending:
+        try:
+            entries = list(os.scandir(pending.pop()))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                mode = entry.stat(follow_symlinks=False).st_mode
+            except OSError:
+                continue
+            if stat.S_ISLNK(mode):
+                continue
+            if mode & stat.S_IWOTH:
+                found.append(entry.path)
+            if stat.S_ISDIR(mode) and mode & stat.S_IXOTH:
+                pending.append(entry.path)
+    return found
+
+
+@contextlib.contextmanager
+def _watch_world_writable(root):
+    """Yields a set that gathers every reachable world-writable entry under `root`, seen
+    while the block runs (looked for every millisecond, from a thread) or after it."""
+    seen: set[str] = set()
+    done = threading.Event()
+
+    def watch():
+        while not done.wait(0.001):
+            seen.update(_list_reachable_world_writable(root))
+
+    thread = threading.Thread(target=watch, daemon=True)
+    thread.start()
+    try:
+        yield seen
+    finally:
+        done.set()
+        thread.join()
+        seen.update(_list_reachable_world_writable(root))
 
 
 @pytest.fixture(scope='module')
@@ -255,6 +307,27 @@ def test_the_beam_pipelines_default_result_dir_is_private(
     assert not list(tmp_path.glob('rlds_reverb_beam_*'))
 
 
+@pytest.mark.slow  # A Beam pipeline: about 15 s.
+def test_the_beam_pipelines_counts_in_a_given_result_dir_are_never_world_writable(
+    cartpole_dir, tmp_path, permissive_umask
+):
+    from rlds_reverb.distribute import pipeline
+
+    results = tmp_path / 'results'
+    results.mkdir(mode=0o755)  # The user's, reachable by others.
+    signature = tables.signature_for(items.TwoStep(), loading.load(cartpole_dir))
+    running = server.start_server([tables.uniform('replay', max_size=10**5, signature=signature)])
+    try:
+        with _watch_world_writable(tmp_path) as seen:
+            result = pipeline.push_with_beam(
+                cartpole_dir, [f'localhost:{running.port}'], 'replay', result_dir=str(results)
+            )
+    finally:
+        running.stop()
+    assert result.servers[0].inserted > 0
+    assert seen == set() and os.listdir(results) == ['server-00000.json']
+
+
 @pytest.mark.slow  # Generates the demo's 250 CartPole episodes: about 10-20 s.
 def test_the_demo_cache_is_private(tmp_path, monkeypatch, permissive_umask):
     monkeypatch.setenv('HOME', str(tmp_path))
@@ -285,6 +358,104 @@ def test_the_cli_never_writes_world_writable_files_and_restores_the_umask(
     assert os.listdir(tmp_path / 'ckpt')
     assert _list_world_writable(tmp_path) == []  # Reverb's checkpoints, under the command's umask.
     assert files.read_umask() == 0  # The caller's umask is back.
+
+
+# --- Files the Python API writes: never world-writable, under any umask -----------------------
+# (The command line adds o-w to the umask; from Python, each writer follows core/files.py.)
+
+
+def test_replace_file_writes_privately_then_publishes_without_world_write(
+    tmp_path, permissive_umask
+):
+    path = tmp_path / 'out.json'
+    with files.replace_file(path, text=True) as out:
+        (temporary,) = tmp_path.iterdir()
+        assert _read_mode(temporary) == 0o600 and not path.exists()
+        out.write('{}')
+    assert path.read_text() == '{}' and _read_mode(path) == 0o664
+    with pytest.raises(RuntimeError), files.replace_file(path) as out:
+        out.write(b'half')
+        raise RuntimeError
+    assert path.read_text() == '{}' and list(tmp_path.iterdir()) == [path]
+
+
+def test_create_shared_file_is_never_world_writable(tmp_path, permissive_umask):
+    path = files.create_shared_file(tmp_path / 'a')
+    assert _read_mode(path) == 0o664
+    path.write_text('old')
+    os.chmod(path, 0o666)
+    files.create_shared_file(path)
+    assert _read_mode(path) == 0o664 and path.read_text() == ''
+
+
+def test_write_report_from_python_writes_nothing_world_writable(
+    cartpole_dir, tmp_path, monkeypatch, permissive_umask
+):
+    """The page, and its temporary file while the page is written (it was 0666 in 0.2)."""
+    while_rendering = {}
+    render = report_html.render_html
+
+    def look_and_render(found):
+        while_rendering.update({p.name: _read_mode(p) for p in tmp_path.iterdir()})
+        return render(found)
+
+    monkeypatch.setattr(report_html, 'render_html', look_and_render)
+    with _watch_world_writable(tmp_path) as seen:
+        rlds_reverb.write_report(loading.load(cartpole_dir), tmp_path / 'report.html')
+    ((name, mode),) = while_rendering.items()
+    assert name.startswith('.report.html.') and mode == 0o600
+    assert _read_mode(tmp_path / 'report.html') == 0o664
+    assert seen == set() and os.listdir(tmp_path) == ['report.html']
+
+
+def test_the_demos_plot_and_summary_are_never_world_writable(tmp_path, permissive_umask):
+    from rlds_reverb.examples import cql_dqn, demo, plots
+
+    history = cql_dqn.TrainHistory(
+        losses=[1.0, 0.5],
+        eval_iterations=[0, 1],
+        eval_returns=[9.0, 20.0],
+        last_priorities={0: 1.0, 1: 0.5},
+    )
+    output = tmp_path / 'out'
+    with _watch_world_writable(tmp_path) as seen:
+        plot = plots.plot_training(history, behaviour_return=10.0, path=output / 'p.png')
+        summary = demo.save_summary({'eval_return': 20.0}, output)
+    assert seen == set()
+    assert _read_mode(output) == 0o775
+    assert _read_mode(plot) == 0o664 and _read_mode(summary) == 0o664
+    assert json.loads(summary.read_text()) == {'eval_return': 20.0}
+    assert sorted(os.listdir(output)) == ['p.png', demo.SUMMARY_NAME]
+
+
+def test_rewriting_a_checkpoints_tables_writes_nothing_world_writable(
+    cartpole_episodes, tmp_path, permissive_umask
+):
+    directory = tmp_path / 'ckpt'
+    directory.mkdir(mode=0o755)  # The user's, reachable by others.
+    result = seed.seed_server(cartpole_episodes.take(1), checkpoint_dir=directory)
+    result.server.stop()
+    latest = checkpoints.find_latest_checkpoint(directory)
+    tables_read = checkpoints.read_table_checkpoints(latest)
+    with _watch_world_writable(tmp_path) as seen:
+        checkpoints.write_table_checkpoints(latest, tables_read)
+    assert seen == set()
+    assert checkpoints.read_table_checkpoints(latest) == tables_read
+
+
+def test_save_as_rlds_and_the_recorder_write_nothing_world_writable(
+    cartpole_dir, tmp_path, permissive_umask
+):
+    from rlds_reverb.examples import collect
+
+    with _watch_world_writable(tmp_path) as seen:
+        rlds_copy.save_as_rlds(cartpole_dir, tmp_path / 'copy' / '1.0.0')
+        collect.record_episodes(
+            tmp_path / 'rec' / '1.0.0', num_episodes=1, policy='scripted', max_episode_steps=20
+        )
+    assert seen == set()
+    assert os.listdir(tmp_path / 'copy' / '1.0.0') and os.listdir(tmp_path / 'rec' / '1.0.0')
+    assert _read_mode(tmp_path / 'copy' / '1.0.0') == 0o775
 
 
 # --- Nothing executes from data --------------------------------------------------------------
