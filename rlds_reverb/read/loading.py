@@ -90,8 +90,8 @@ def list_readers() -> tuple[readers.Reader, ...]:
     """Returns the readers in the order `load` asks them: registered ones, then built-in ones.
 
     Example:
-      >>> [reader.name for reader in list_readers()]
-      ['minari', 'd4rl', 'tf.data', 'tfds']
+      >>> tuple(reader.name for reader in list_readers())
+      ('minari', 'd4rl', 'tf.data', 'tfds')
     """
     return (*_registered, *_BUILT_IN)
 
