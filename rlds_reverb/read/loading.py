@@ -34,6 +34,7 @@ import to resolve is refused (`rlds_reverb.read.feature_classes`); nothing is un
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from typing import Any, TypeAlias
 
@@ -56,7 +57,7 @@ __all__ = [
 ]
 
 Source: TypeAlias = tf.data.Dataset | str | os.PathLike
-_OPTION_NAMES = frozenset(LoadOptions.__dataclass_fields__)
+_OPTION_NAMES = frozenset(field.name for field in dataclasses.fields(LoadOptions))
 
 
 class TfDataReader:
