@@ -76,7 +76,9 @@ _EXPORTS = {
     'get_rlds_step_features': 'rlds_reverb.core.specs:get_rlds_step_features',
     'EndBehavior': 'rlds_reverb.core.types:EndBehavior',
     'ValidationMode': 'rlds_reverb.core.types:ValidationMode',
+    'LoadOptions': 'rlds_reverb.read.options:LoadOptions',
     'load': 'rlds_reverb.read.loading:load',
+    'register_reader': 'rlds_reverb.read.loading:register_reader',
     'write_report': 'rlds_reverb.check.report_html:write_report',
     'ValidationReport': 'rlds_reverb.check.validation:ValidationReport',
     'validate': 'rlds_reverb.check.validation:validate',
@@ -107,6 +109,7 @@ __all__ = [
     'ExportError',
     'InvalidEpisodeError',
     'LearnerDataset',
+    'LoadOptions',
     'MinariFormatError',
     'PushError',
     'PushOptions',
@@ -139,6 +142,7 @@ __all__ = [
     'push',
     'push_rlds_to_reverb',
     'push_with_beam',
+    'register_reader',
     'sampling',
     'save_as_rlds',
     'seed_server',
@@ -183,6 +187,8 @@ if TYPE_CHECKING:
     from rlds_reverb.learn.sampling import LearnerDataset as LearnerDataset
     from rlds_reverb.learn.sampling import SampleBatch as SampleBatch
     from rlds_reverb.read.loading import load as load
+    from rlds_reverb.read.loading import register_reader as register_reader
+    from rlds_reverb.read.options import LoadOptions as LoadOptions
     from rlds_reverb.serve import checkpoints as checkpoints
     from rlds_reverb.serve import tables as tables
     from rlds_reverb.serve.status import ServerStatus as ServerStatus

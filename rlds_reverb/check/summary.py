@@ -1,8 +1,9 @@
 """What `rlds-reverb info` prints, and how it is found from the record files alone.
 
-`describe_dataset_files` answers without TensorFlow (`rlds_reverb.read.raw_records`) for a
-TFDS directory in the default layout, in a fraction of the time TensorFlow takes to import;
-`stats.describe_dataset` reads any RLDS dataset through TF. Both give the same `DatasetStats`
+`describe_dataset_files` answers without TensorFlow (`rlds_reverb.read.raw_records` and the
+record codec, `rlds_reverb.storage.codec`) for a TFDS directory in the default layout, in a
+fraction of the time TensorFlow takes to import; `stats.describe_dataset` reads any RLDS
+dataset through TF. Both give the same `DatasetStats`
 (tests/check/test_info_files.py compares them).
 """
 
@@ -17,6 +18,7 @@ import tree
 
 from rlds_reverb.core import types
 from rlds_reverb.read import raw_records
+from rlds_reverb.storage import codec
 
 __all__ = ['DatasetStats', 'describe_dataset_files', 'summarize_episodes']
 
@@ -143,8 +145,8 @@ def describe_dataset_files(
     try:
         for path, expected in zip(files.paths, files.counts, strict=True):
             count = 0
-            for record in raw_records.iter_records(path):
-                fields = raw_records.read_example_fields(record, wanted)
+            for record in codec.iter_records(path):
+                fields = codec.decode_example(record, wanted)
                 if set(fields) != wanted:
                     return None
                 is_last = fields[keys[types.IS_LAST]] != 0

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     import tqdm
+
+    from rlds_reverb.read.options import CheckFiles
 
 __all__ = [
     'EXIT_ERROR',
@@ -82,23 +84,26 @@ def load_source(
     args: argparse.Namespace,
     *,
     split: str | None = None,
-    check_files: bool | Literal['full'] = True,
+    check_files: CheckFiles = True,
 ):
     """Opens the command's SOURCE with `rlds_reverb.load` (the CLI's one loader).
 
     Args:
       args: The parsed arguments (`source`, `split`, `data_dir`).
       split: A split to read instead of `args.split` (a worker's slice).
-      check_files: As for `load`.
+      check_files: As for `load`, for sources whose reader checks their files (TFDS
+        directories and names); other readers check their files as they read them.
 
     Returns:
       The RLDS dataset.
     """
     from rlds_reverb.read import loading  # Imported late: TFDS is slow to import.
+    from rlds_reverb.read.options import LoadOptions
 
-    return loading.load(
-        args.source,
+    accepts = loading.find_reader(args.source).accepts
+    options = LoadOptions(
         split=split or args.split,
         data_dir=getattr(args, 'data_dir', None),
-        check_files=check_files,
+        check_files=check_files if 'check_files' in accepts else True,
     )
+    return loading.load(args.source, options=options)

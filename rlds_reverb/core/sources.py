@@ -15,8 +15,20 @@ Kinds:
   instructions, interleave, the selection applied to the serialized records, so skipped
   episodes are never parsed or decoded); bulk readers read its shards directly.
 
+* `MappedSource` (here): another source's episodes, each changed by a map (the step fields
+  a reader's own source cannot prune, a filled discount); selections go to the inner source.
+
+Selecting. A selection is a value (`Take`, `Skip`, `Shard`), and what an index-based
+reader keeps of its episodes is one too: an `IndexSelection` (how many episodes, and the
+selections in order). A split slice (`'train[:10%]'`, TFDS' syntax and rounding) is such a
+value (`IndexSelection.from_split`), and `take`, `skip` and `shard` of what `load` returns
+add selections to it. Every reader applies it one way: `positions()` (the kept episodes'
+indices, in NumPy, for readers that read by index: D4RL, Minari, the bulk record readers)
+or `apply(dataset)` (`tf.data`'s own `take`/`skip`/`shard` on a dataset of the episodes in
+order: a TFRecord split's serialized records); the two agree (tests/core/test_sources.py).
+
 A new reader (an HDF5 or Arrow file of episodes, say) is another subclass: `read` builds
-the episodes, `select` narrows its own description of them (an index range, a list of
+the episodes, `select` narrows its own description of them (an `IndexSelection`, a list of
 files) so that selected episodes are still read on its fast path.
 """
 
@@ -24,19 +36,23 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeAlias
 
+import numpy as np
 import tensorflow as tf
 
 __all__ = [
     'Count',
     'DatasetSource',
     'EpisodeSource',
+    'IndexSelection',
+    'MappedSource',
     'Selection',
     'Shard',
     'Skip',
     'Take',
+    'apply_selections',
 ]
 
 # A count or index as tf.data takes it: a Python int or a scalar int64 tensor.
@@ -99,6 +115,132 @@ class Shard:
 
 
 Selection = Take | Skip | Shard
+# Episode positions gathered at a time when a selection with tensor counts is listed.
+_POSITIONS_PER_BATCH = 65_536
+
+
+def apply_selections(dataset: tf.data.Dataset, selections: Iterable[Selection]) -> tf.data.Dataset:
+    """Returns `dataset` with `selections` applied in order (`tf.data`'s take, skip, shard)."""
+    for selection in selections:
+        dataset = selection.apply(dataset)
+    return dataset
+
+
+def _is_static(selection: Selection) -> bool:
+    """Returns whether a selection's counts are known in Python (not tensors)."""
+    counts = [getattr(selection, f.name) for f in dataclasses.fields(selection) if f.compare]
+    return all(isinstance(count, int) for count in counts)
+
+
+def _select_positions(positions: np.ndarray, selection: Selection) -> np.ndarray | None:
+    """Returns the positions `selection` keeps, as `tf.data` would; None if its counts are
+    tensors (or invalid: `tf.data` then raises its own error)."""
+    if isinstance(selection, Take) and isinstance(selection.count, int):
+        return positions if selection.count < 0 else positions[: selection.count]
+    if isinstance(selection, Skip) and isinstance(selection.count, int):
+        return positions[:0] if selection.count < 0 else positions[selection.count :]
+    if (
+        isinstance(selection, Shard)
+        and isinstance(selection.num_shards, int)
+        and isinstance(selection.index, int)
+        and 0 <= selection.index < selection.num_shards
+    ):
+        return positions[selection.index :: selection.num_shards]
+    return None
+
+
+@dataclasses.dataclass(frozen=True)
+class IndexSelection:
+    """Which of `count` episodes (indices 0 .. count - 1, in order) a source reads.
+
+    Fields:
+      count: The episodes of the whole collection (a file's, a dataset's, a split's).
+      selections: What is kept of them, applied in order: a split slice first, then the
+        `take`, `skip` and `shard` of the loaded dataset.
+    """
+
+    count: int
+    selections: tuple[Selection, ...] = ()
+
+    @classmethod
+    def from_split(cls, split: str, count: int, *, split_name: str = 'train') -> IndexSelection:
+        """Returns the episodes of one split slice, in TFDS' syntax and rounding.
+
+        Args:
+          split: `split_name` or one slice of it (`'train[:10%]'`, `'train[10:20]'`,
+            `'train[-5:]'`), counted in episodes.
+          count: The episodes of the split.
+          split_name: The one split's name.
+
+        Raises:
+          ValueError: If `split` names another split, is not valid, is out of range, or
+            joins several slices (the message says which).
+
+        Example:
+          >>> IndexSelection.from_split('train[:50%]', 7).positions().tolist()
+          [0, 1, 2, 3]
+        """
+        import tensorflow_datasets as tfds  # Already imported by every reader that slices.
+
+        info = tfds.core.SplitInfo(name=split_name, shard_lengths=[count], num_bytes=0)
+        try:
+            slices = tfds.core.ReadInstruction.from_spec(split).to_absolute({split_name: info})
+        except (ValueError, AssertionError, TypeError, KeyError) as e:
+            raise ValueError(str(e).strip() or type(e).__name__) from e
+        if len(slices) != 1:
+            raise ValueError(
+                f'it joins {len(slices)} slices, and one slice of the split is read at a time; '
+                'load each slice and concatenate the datasets instead'
+            )
+        first = slices[0].from_ or 0
+        last = count if slices[0].to is None else slices[0].to
+        if (first, last) == (0, count):
+            return cls(count)
+        return cls(count, (Skip(first), Take(max(last - first, 0))))
+
+    @property
+    def is_static(self) -> bool:
+        """Whether every selection's counts are known in Python (none is a tensor)."""
+        return all(_is_static(selection) for selection in self.selections)
+
+    def select(self, selection: Selection) -> IndexSelection:
+        """Returns the episodes `selection` keeps of these (in order)."""
+        return dataclasses.replace(self, selections=(*self.selections, selection))
+
+    def apply(self, dataset: tf.data.Dataset) -> tf.data.Dataset:
+        """Returns the selected elements of `dataset`, which holds the `count` episodes in order."""
+        return apply_selections(dataset, self.selections)
+
+    def positions(self) -> np.ndarray:
+        """Returns the selected episodes' indices (int64, in order).
+
+        In NumPy when every count is known in Python; else (a count held in a tensor) read
+        from `tf.data`, eagerly.
+        """
+        static = self._find_static_positions()
+        if static is not None:
+            return static
+        batches = self.as_dataset().batch(_POSITIONS_PER_BATCH).as_numpy_iterator()
+        return np.concatenate([np.zeros([0], np.int64), *batches])
+
+    def as_dataset(self) -> tf.data.Dataset:
+        """Returns the selected episodes' indices as a `tf.data` dataset of int64 scalars.
+
+        Built in graph too: selections with tensor counts are applied by `tf.data`.
+        """
+        static = self._find_static_positions()
+        if static is not None:
+            return tf.data.Dataset.from_tensor_slices(static)
+        return self.apply(tf.data.Dataset.range(self.count))
+
+    def _find_static_positions(self) -> np.ndarray | None:
+        """Returns the positions computed in NumPy, or None when a count is a tensor."""
+        positions: np.ndarray | None = np.arange(self.count, dtype=np.int64)
+        for selection in self.selections:
+            if positions is None:
+                break
+            positions = _select_positions(positions, selection)
+        return positions
 
 
 class EpisodeSource(abc.ABC):
@@ -139,4 +281,25 @@ class DatasetSource(EpisodeSource):
         )
 
     def select(self, selection: Selection) -> DatasetSource:
-        return dataclasses.replace(self, episodes=selection.apply(self.episodes))
+        return dataclasses.replace(self, episodes=apply_selections(self.episodes, [selection]))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class MappedSource(EpisodeSource):
+    """Another source's episodes, each changed by `fn` (in graph); selections go to `inner`.
+
+    Fields:
+      inner: The source of the episodes.
+      fn: Called on each whole episode after it is read (and selected).
+    """
+
+    inner: EpisodeSource
+    fn: Callable[[dict], dict]
+
+    def read(self) -> tf.data.Dataset:
+        return self.inner.read().map(
+            self.fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
+        )
+
+    def select(self, selection: Selection) -> MappedSource:
+        return dataclasses.replace(self, inner=self.inner.select(selection))

@@ -3,7 +3,9 @@
 Importing TensorFlow takes seconds; `rlds-reverb info` needs only a few step fields of each
 episode. This module reads a TFDS dataset directory written in the default layout (TFRecord
 shards named by `dataset_info.json`, features that TFDS itself defines) with the standard
-library and NumPy: the record framing, and the few `tf.train.Example` fields asked for.
+library and NumPy: which shard files a split has, and the spec of its step fields; the
+record codec (`rlds_reverb.storage.codec`) reads the framing and the few `tf.train.Example`
+fields asked for.
 
 It answers only when it can answer exactly as `rlds_reverb.load` would: every function here
 returns None (and the caller falls back to `load`, which names any problem) for a split
@@ -18,18 +20,14 @@ import dataclasses
 import json
 import os
 import pathlib
-import struct
-from collections.abc import Iterator
 
-import numpy as np
+from rlds_reverb.read import feature_classes
 
 __all__ = [
     'FieldSpec',
     'SplitFiles',
     'find_split_files',
-    'iter_records',
     'read_step_spec',
-    'read_example_fields',
 ]
 
 _DATASET_INFO = 'dataset_info.json'
@@ -47,13 +45,6 @@ _KINDS = {
     f'{_TFDS_FEATURES}text_feature.Text': 'text',
     f'{_TFDS_FEATURES}class_label_feature.ClassLabel': 'class_label',
 }
-# Protobuf wire types.
-_VARINT, _FIXED64, _LENGTH_DELIMITED, _FIXED32 = 0, 1, 2, 5
-# Field numbers: Example.features, Features.feature (map entries), MapEntry key and value,
-# Feature's bytes_list, float_list and int64_list, and the lists' `value`.
-_FEATURES_FIELD = _ENTRY_FIELD = _KEY_FIELD = _VALUE_LIST_FIELD = 1
-_VALUE_FIELD = 2
-KIND_BYTES, KIND_FLOAT, KIND_INT64 = 1, 2, 3
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,8 +145,8 @@ def read_step_spec(directory: os.PathLike | str, *, steps: str) -> dict | None:
       encoded), or the steps are not a sequence of dicts.
     """
     features = _read_json(pathlib.Path(directory) / _FEATURES)
-    if features is None:
-        return None
+    if features is None or not set(feature_classes.list_feature_classes(features)) <= set(_KINDS):
+        return None  # A class named anywhere else (a string content, say): `load` checks it.
     try:
         described = _describe_feature(features)
     except (AttributeError, TypeError, ValueError):
@@ -163,125 +154,3 @@ def read_step_spec(directory: os.PathLike | str, *, steps: str) -> dict | None:
     if not isinstance(described, dict) or not isinstance(described.get(steps), tuple):
         return None
     return described[steps][1]
-
-
-def iter_records(path: pathlib.Path) -> Iterator[bytes]:
-    """Yields the records of a TFRecord file (framing checked, checksums not).
-
-    Raises:
-      ValueError: If the file ends inside a record.
-    """
-    data = path.read_bytes()
-    view, position, end = memoryview(data), 0, len(data)
-    while position < end:
-        if position + 12 > end:
-            raise ValueError(f'{path} ends inside a record header')
-        (length,) = struct.unpack_from('<Q', data, position)
-        start = position + 12
-        position = start + length + 4
-        if position > end:
-            raise ValueError(f'{path} ends inside a record')
-        yield bytes(view[start : start + length])
-
-
-def _read_varint(data: bytes, position: int) -> tuple[int, int]:
-    result = shift = 0
-    while True:
-        byte = data[position]
-        position += 1
-        result |= (byte & 0x7F) << shift
-        if byte < 0x80:
-            return result, position
-        shift += 7
-
-
-def _iter_fields(data: bytes, start: int = 0, end: int | None = None):
-    """Yields (field number, wire type, value or (start, end) of a length-delimited field)."""
-    position, end = start, len(data) if end is None else end
-    while position < end:
-        tag, position = _read_varint(data, position)
-        number, wire = tag >> 3, tag & 7
-        if wire == _VARINT:
-            value, position = _read_varint(data, position)
-            yield number, wire, value
-        elif wire == _LENGTH_DELIMITED:
-            length, position = _read_varint(data, position)
-            yield number, wire, (position, position + length)
-            position += length
-        elif wire == _FIXED64:
-            yield number, wire, (position, position + 8)
-            position += 8
-        elif wire == _FIXED32:
-            yield number, wire, (position, position + 4)
-            position += 4
-        else:
-            raise ValueError(f'wire type {wire} is not used by tf.train.Example')
-
-
-def _decode_varints(data: bytes) -> np.ndarray:
-    raw = np.frombuffer(data, np.uint8)
-    if not (raw & 0x80).any():
-        return raw.astype(np.int64)  # Flags and small counts: one byte each.
-    values, position = [], 0
-    while position < len(data):
-        value, position = _read_varint(data, position)
-        values.append(value - (1 << 64) if value >= 1 << 63 else value)
-    return np.array(values, np.int64)
-
-
-def _decode_list(data: bytes, kind: int, start: int, end: int) -> np.ndarray:
-    """Decodes a FloatList or Int64List (packed or not) from data[start:end]."""
-    packed, single = [], []
-    for number, wire, value in _iter_fields(data, start, end):
-        if number != _VALUE_LIST_FIELD:
-            continue
-        if wire == _LENGTH_DELIMITED:
-            packed.append(data[value[0] : value[1]])
-        elif wire == _FIXED32 and kind == KIND_FLOAT:
-            single.append(data[value[0] : value[1]])
-        elif wire == _VARINT and kind == KIND_INT64:
-            single.append(value)
-    if kind == KIND_FLOAT:
-        return np.frombuffer(b''.join(packed + single), '<f4')
-    decoded = [_decode_varints(chunk) for chunk in packed]
-    if single:
-        decoded.append(np.array(single, np.uint64).astype(np.int64))
-    return np.concatenate(decoded) if decoded else np.zeros(0, np.int64)
-
-
-def read_example_fields(record: bytes, keys: frozenset[str]) -> dict[str, np.ndarray]:
-    """Returns the float and int64 lists of `keys` in a serialized `tf.train.Example`.
-
-    Args:
-      record: The serialized Example.
-      keys: The feature keys wanted (e.g. 'steps/is_last').
-
-    Returns:
-      key -> values (float32 or int64) for each wanted key present as a float or int64
-      list (a bytes list is left out).
-
-    Raises:
-      ValueError: If the record is not a well-formed Example.
-    """
-    found = {}
-    try:
-        for number, wire, span in _iter_fields(record):
-            if number != _FEATURES_FIELD or wire != _LENGTH_DELIMITED:
-                continue
-            for entry_number, entry_wire, entry in _iter_fields(record, *span):
-                if entry_number != _ENTRY_FIELD or entry_wire != _LENGTH_DELIMITED:
-                    continue
-                key, value = None, None
-                for part_number, _, part in _iter_fields(record, *entry):
-                    if part_number == _KEY_FIELD:
-                        key = record[part[0] : part[1]].decode()
-                    elif part_number == _VALUE_FIELD:
-                        value = part
-                if key not in keys or value is None:
-                    continue
-                for kind, _, lst in _iter_fields(record, *value):
-                    if kind in (KIND_FLOAT, KIND_INT64):
-                        found[key] = _decode_list(record, kind, *lst)
-    except (IndexError, UnicodeDecodeError) as e:
-        raise ValueError(f'not a tf.train.Example ({e})') from e
-    return found

@@ -16,7 +16,8 @@ It serves the default read (no `read_config`, no file shuffling) of TFRecord dat
 What it reads is a value, `RecordSource` (a kind of `core.sources.EpisodeSource`): a split
 slice is other file instructions, and `take`, `skip` and `shard` of the loaded dataset add
 selections, applied to the serialized records before the one map (a skipped episode is
-never parsed). Bulk readers (`read_serialized_batches`) read the same records.
+never parsed). Bulk readers (`read_serialized_batches`) read the same records, through the
+record codec (`rlds_reverb.storage.codec`), their checksums verified.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ import tensorflow_datasets as tfds
 
 from rlds_reverb.core import compat, sources, types
 from rlds_reverb.core import episodes as episodes_lib
+from rlds_reverb.storage import codec
 
 # Helpers of the package's other modules only: nothing here is public API.
 __all__: list[str] = []
@@ -84,13 +86,15 @@ class RecordSource(sources.EpisodeSource):
             records = _read_shard(path, skip, take)
         else:
             records = _interleave(self._list_files(), _read_shard, cycle_length=self.cycle_length)
-        for selection in self.selections:  # On the serialized records: nothing decoded.
-            records = selection.apply(records)
+        # The selections on the serialized records: nothing skipped is decoded.
+        records = sources.apply_selections(records, self.selections)
 
         def _read(record: tf.Tensor) -> dict:
             parsed = parse(record)
             episode = {k: f.decode_example(parsed[k]) for k, f in self.episode_features.items()}
-            return {**episode, types.STEPS: self.decode_steps(parsed[types.STEPS])}
+            steps = parsed[types.STEPS]
+            decoded = steps if self.decode_steps is None else self.decode_steps(steps)
+            return {**episode, types.STEPS: decoded}
 
         return records.map(
             episodes_lib.without_autograph(_read),
@@ -104,8 +108,9 @@ class RecordSource(sources.EpisodeSource):
     def list_records(self) -> list[tuple[str, np.ndarray]]:
         """Returns each shard's selected records: (path, ascending record indices).
 
-        The positions come from the same interleave as `read`'s (over record numbers
-        instead of records), so `take`, `skip` and `shard` pick the same records here.
+        The selections pick positions in the interleaved order of `read`
+        (`core.sources.IndexSelection`), mapped back to each shard's record numbers, so
+        `take`, `skip` and `shard` pick the same records here.
         """
         paths = [path for path, _, _ in self.file_instructions]
         skips = np.array([skip for _, skip, _ in self.file_instructions], np.int64)
@@ -113,15 +118,8 @@ class RecordSource(sources.EpisodeSource):
         if not self.selections:
             return [(p, np.arange(s, s + t)) for p, s, t in zip(paths, skips, takes, strict=True)]
         starts = np.cumsum(takes) - takes  # Each shard's first position, shards end to end.
-        numbers = _interleave(
-            tf.data.Dataset.from_tensor_slices((starts, takes)),
-            lambda start, take: tf.data.Dataset.range(start, start + take),
-            cycle_length=self.cycle_length,
-        )
-        for selection in self.selections:
-            numbers = selection.apply(numbers)
-        batches = numbers.batch(_POSITIONS_PER_BATCH).as_numpy_iterator()
-        chosen = np.sort(np.concatenate([np.zeros([0], np.int64), *batches]))
+        positions = sources.IndexSelection(int(takes.sum()), self.selections).positions()
+        chosen = np.sort(self._list_interleaved(starts, takes)[positions])
         firsts = np.searchsorted(chosen, starts)
         ends = np.searchsorted(chosen, starts + takes)
         return [
@@ -130,6 +128,18 @@ class RecordSource(sources.EpisodeSource):
                 paths, starts, skips, firsts, ends, strict=True
             )
         ]
+
+    def _list_interleaved(self, starts: np.ndarray, takes: np.ndarray) -> np.ndarray:
+        """Returns the record numbers (shards end to end) in the order `read` interleaves."""
+        if len(takes) == 1 or self.cycle_length == 1:
+            return np.arange(int(takes.sum()), dtype=np.int64)  # One shard after the other.
+        numbers = _interleave(
+            tf.data.Dataset.from_tensor_slices((starts, takes)),
+            lambda start, take: tf.data.Dataset.range(start, start + take),
+            cycle_length=self.cycle_length,
+        )
+        batches = numbers.batch(_POSITIONS_PER_BATCH).as_numpy_iterator()
+        return np.concatenate([np.zeros([0], np.int64), *batches])
 
     def _list_files(self) -> tf.data.Dataset:
         """Returns the file instructions as a dataset of (path, skip, take)."""
@@ -226,7 +236,7 @@ def read_serialized_batches(source: RecordSource, *, batch_records: int) -> Iter
             continue
         wanted = np.zeros(indices[-1] + 1, bool)
         wanted[indices] = True
-        records = compat.iter_tfrecord_file(path)
+        records = codec.iter_records(path, verify=True)
         for index, record in enumerate(itertools.islice(records, indices[0], len(wanted))):
             if not wanted[indices[0] + index]:
                 continue

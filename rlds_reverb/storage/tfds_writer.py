@@ -7,10 +7,10 @@ The directory is a real TFDS dataset: `dataset_info.json` and `features.json` ar
 `tfds.builder_from_directory` reads them back with a `steps` `tf.data.Dataset` per episode.
 
 Only the serialization is our own: TFDS encodes every step in Python through protobuf
-messages (about 10,000 steps/s with the pure-Python runtime); this module writes the
-protobuf wire format of whole episodes with NumPy (tests check that TFDS' own serializer
-gives the same Example, of the same size; the order of the feature map's entries is the
-protobuf runtime's).
+messages (about 10,000 steps/s with the pure-Python runtime); this module lays out whole
+episodes and the record codec (`storage.codec`) writes their protobuf wire format and the
+TFRecord framing with NumPy (tests check that TFDS' own serializer gives the same Example,
+of the same size; the order of the feature map's entries is the protobuf runtime's).
 
 The dataset is written into a hidden sibling directory and renamed into place at the end, so
 a directory that holds `dataset_info.json` is complete; an interrupted write leaves only a
@@ -21,6 +21,7 @@ never world-writable (`core.files`).
 
 from __future__ import annotations
 
+import functools
 import os
 import pathlib
 import shutil
@@ -29,10 +30,10 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
-import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from rlds_reverb.core import checks, files
+from rlds_reverb.storage import codec
 from rlds_reverb.storage import features as features_lib
 
 __all__ = [
@@ -45,87 +46,10 @@ __all__ = [
 SPLIT = 'train'
 FILE_FORMAT = 'tfrecord'
 # Bytes TFRecord adds around each record: length (8), length CRC (4), data CRC (4).
-TFRECORD_OVERHEAD = 16
+TFRECORD_OVERHEAD = codec.RECORD_OVERHEAD_BYTES
 _INCOMPLETE_PREFIX = '.incomplete-'
 # Made by `storage.features`, kept here where the writer's callers have found it.
 make_rlds_features = features_lib.make_rlds_features
-
-# Protobuf wire-format tags (field number << 3 | wire type 2) of tf.train.Example.
-_TAG_FEATURES = b'\x0a'  # Example.features, Features.feature (map entry), MapEntry.key.
-_TAG_MAP_VALUE = b'\x12'  # MapEntry.value.
-_TAG_FLOAT_LIST = b'\x12'  # Feature.float_list.
-_TAG_INT64_LIST = b'\x1a'  # Feature.int64_list.
-_TAG_PACKED_VALUES = b'\x0a'  # FloatList.value / Int64List.value (packed).
-_TAG_BYTES_LIST = b'\x0a'  # Feature.bytes_list.
-_TAG_BYTES_VALUE = b'\x0a'  # BytesList.value (one entry per string, not packed).
-
-
-def _encode_small_varints(values: np.ndarray) -> bytes:
-    """Returns the varints of unsigned `values` below 2**14: one or two bytes each.
-
-    The general encoding below spreads every value over 10 groups; uint8 images (most of a
-    dataset's bytes when it has them) are encoded 50x faster here.
-    """
-    two = values >= 128
-    positions = np.arange(values.size) + np.cumsum(two) - two
-    out = np.empty(values.size + int(np.count_nonzero(two)), np.uint8)
-    out[positions] = (values & 0x7F) | (two.astype(np.uint8) << 7)
-    out[positions[two] + 1] = values[two] >> 7
-    return out.tobytes()
-
-
-def _encode_varints(values: np.ndarray) -> bytes:
-    """Returns the concatenated protobuf varints of int64 `values` (negatives take 10 bytes)."""
-    if values.dtype == np.uint8:  # Images: no int64 copy.
-        return _encode_small_varints(values.ravel())
-    unsigned = values.astype(np.int64, copy=False).view(np.uint64).ravel()
-    if unsigned.size == 0 or unsigned.max() < 128:
-        return unsigned.astype(np.uint8).tobytes()
-    if unsigned.max() < 1 << 14:
-        return _encode_small_varints(unsigned.astype(np.uint16))
-    shifts = np.arange(10, dtype=np.uint64) * np.uint64(7)
-    groups = (unsigned[:, None] >> shifts) & np.uint64(0x7F)
-    lengths = np.maximum(1, 10 - np.argmax((groups != 0)[:, ::-1], axis=1))
-    lengths[unsigned == 0] = 1
-    used = np.arange(10)[None, :] < lengths[:, None]
-    more = np.arange(10)[None, :] < (lengths - 1)[:, None]
-    encoded = (groups | (more.astype(np.uint64) << np.uint64(7))).astype(np.uint8)
-    return encoded[used].tobytes()
-
-
-def _length_delimited(tag: bytes, payload: bytes) -> bytes:
-    """Returns one length-delimited protobuf field."""
-    return tag + _encode_varints(np.array([len(payload)])) + payload
-
-
-def _encode_feature(value: np.ndarray) -> bytes:
-    """Returns the wire bytes of a `tf.train.Feature` holding `value` flattened.
-
-    Floating values become a FloatList (float32), booleans and integers an Int64List, and
-    strings (bytes, or `str` written as UTF-8) a BytesList, as TFDS' `ExampleSerializer`
-    does.
-
-    Raises:
-      TypeError: For other dtypes.
-    """
-    if value.dtype.kind in 'OSU':
-        # Each string is its own length-delimited entry, so this loops over the strings
-        # (a step's instruction, an episode's id: few and short next to numeric fields).
-        strings = (v.encode() if isinstance(v, str) else bytes(v) for v in value.ravel())
-        entries = b''.join(_length_delimited(_TAG_BYTES_VALUE, v) for v in strings)
-        return _length_delimited(_TAG_BYTES_LIST, entries)
-    if value.dtype.kind == 'f':
-        payload = value.astype('<f4', copy=False).tobytes()
-        tag = _TAG_FLOAT_LIST
-    elif value.dtype.kind in 'biu':
-        payload = _encode_varints(value)
-        tag = _TAG_INT64_LIST
-    else:
-        raise TypeError(
-            f'Cannot write a {value.dtype} field; expected a number, bool or string array.'
-        )
-    inner = _length_delimited(_TAG_PACKED_VALUES, payload) if payload else b''
-    return _length_delimited(tag, inner)
 
 
 def flatten_example(example: Mapping[str, Any], prefix: str = '') -> dict[str, Any]:
@@ -169,11 +93,8 @@ def serialize_episode(episode: Mapping[str, Any], serialized_info: Mapping[str, 
             raise ValueError(
                 f'Episode field {name!r} has shape {value.shape}; expected {expected}.'
             )
-        entry = _length_delimited(_TAG_FEATURES, name.encode()) + _length_delimited(
-            _TAG_MAP_VALUE, _encode_feature(value)
-        )
-        entries.append(_length_delimited(_TAG_FEATURES, entry))
-    return _length_delimited(_TAG_FEATURES, b''.join(entries))
+        entries.append((name, value))
+    return codec.encode_example(entries)
 
 
 def _make_dataset_info(
@@ -281,7 +202,8 @@ class RldsDatasetWriter:
         )
         self._features = features
         self._serialized_info = features.get_serialized_info()
-        self._info_args = dict(
+        self._make_info = functools.partial(
+            _make_dataset_info,
             name=name,
             version=version,
             description=description,
@@ -293,7 +215,7 @@ class RldsDatasetWriter:
         self._keep_on_error = keep_on_error
         self._shard_lengths: list[int] = []
         self._num_bytes = 0
-        self._file = None
+        self._file: codec.RecordWriter | None = None
         self._closed = False
 
     @property
@@ -317,12 +239,13 @@ class RldsDatasetWriter:
         if self._closed:
             raise RuntimeError(f'The dataset writer of {self.target} is closed.')
         record = serialize_episode(episode, self._serialized_info)
-        if not self._shard_lengths or self._shard_lengths[-1] == self._per_shard:
-            if self._file is not None:
-                self._file.close()
-            self._file = tf.io.TFRecordWriter(os.fspath(self._shard_path(len(self._shard_lengths))))
+        file = self._file
+        if file is None or self._shard_lengths[-1] == self._per_shard:
+            if file is not None:
+                file.close()
+            file = self._file = codec.RecordWriter(self._shard_path(len(self._shard_lengths)))
             self._shard_lengths.append(0)
-        self._file.write(record)
+        file.write(record)
         self._shard_lengths[-1] += 1
         self._num_bytes += len(record)
 
@@ -353,9 +276,7 @@ class RldsDatasetWriter:
             for index in range(count):
                 final = template.sharded_filepath(shard_index=index, num_shards=count)
                 os.replace(self._shard_path(index), os.fspath(final))
-            info = _make_dataset_info(
-                directory=self._staging, features=self._features, **self._info_args
-            )
+            info = self._make_info(directory=self._staging, features=self._features)
             split = tfds.core.SplitInfo(
                 name=SPLIT,
                 shard_lengths=list(self._shard_lengths),

@@ -18,8 +18,8 @@ from hypothesis import strategies as st
 
 from rlds_reverb.check import stats, summary
 from rlds_reverb.core import types
-from rlds_reverb.read import raw_records
 from rlds_reverb.read.loading import load
+from rlds_reverb.storage import codec
 from tests import builders
 
 
@@ -180,14 +180,14 @@ def test_a_split_slice_or_an_unknown_split_gives_none(small_dir, split):
 
 def test_a_record_that_is_not_an_example_is_an_error():
     with pytest.raises(ValueError, match='not a tf.train.Example'):
-        raw_records.read_example_fields(b'\x0a\x05\x0a', frozenset({'steps/reward'}))
+        codec.decode_example(b'\x0a\x05\x0a', frozenset({'steps/reward'}))
 
 
 def test_a_file_that_ends_inside_a_record_is_an_error(tmp_path):
     path = tmp_path / 'short.tfrecord'
     path.write_bytes((100).to_bytes(8, 'little') + b'\x00' * 20)
     with pytest.raises(ValueError, match='ends inside a record'):
-        list(raw_records.iter_records(path))
+        list(codec.iter_records(path))
 
 
 def test_info_falls_back_to_load_and_names_a_truncated_shard(small_dir, run_cli):

@@ -30,7 +30,7 @@ import rlds_reverb
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import types
 from rlds_reverb.core.errors import D4rlFileError, SourceError
-from rlds_reverb.read import d4rl
+from rlds_reverb.read import d4rl, d4rl_layout
 from rlds_reverb.read.loading import load
 from rlds_reverb.serve import tables
 from rlds_reverb.transform import items
@@ -232,7 +232,7 @@ def test_selections_read_only_the_selected_episodes_on_the_source(files, name):
 
 def test_episodes_longer_than_a_block_and_blocks_of_many_episodes(tmp_path, monkeypatch):
     # Blocks of 4 rows: episodes span several blocks or share one.
-    monkeypatch.setattr(d4rl, '_ROWS_PER_READ', 4)
+    monkeypatch.setattr(d4rl_layout, 'ROWS_PER_READ', 4)
     path = write_d4rl_file(tmp_path / 'f.hdf5', next_observations=True)
     expected = _with_own_final_observations(_tfds_episodes(path), path)
     _assert_same_episodes(_read(load(path)), expected)
@@ -361,6 +361,21 @@ def test_another_split_or_a_union_of_slices_is_an_error(files, split, message):
 def test_tfds_read_options_are_an_error(files, options):
     with pytest.raises(ValueError, match='TFDS read options'):
         load(files['plain'], **options)
+
+
+@pytest.mark.parametrize(
+    'option',
+    [{'check_files': False}, {'whole_episodes': False}, {'data_dir': '/data'}],
+    ids=lambda o: next(iter(o)),
+)
+def test_options_a_d4rl_file_does_not_take_are_refused_by_name(files, option):
+    (name,) = option
+    with pytest.raises(
+        SourceError,
+        match=rf'read by the d4rl reader, which does not take {name}=.*It accepts '
+        r'split, step_fields',
+    ):
+        load(files['plain'], **option)
 
 
 def test_only_existing_hdf5_files_are_d4rl_paths(files, tmp_path):

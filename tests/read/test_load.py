@@ -13,7 +13,8 @@ import tensorflow_datasets as tfds
 from rlds_reverb.core import types
 from rlds_reverb.core.errors import SourceError, SourceNotFoundError, SpecMismatchError
 from rlds_reverb.examples import cartpole
-from rlds_reverb.read.loading import find_dataset_directory, load
+from rlds_reverb.read.loading import load
+from rlds_reverb.read.tfds_dirs import find_dataset_directory
 from rlds_reverb.storage import tfds_writer
 from tests import builders
 

@@ -24,6 +24,7 @@ import pyarrow as pa
 import pytest
 import reverb
 import tensorflow as tf
+import tensorflow_datasets as tfds
 import tree
 
 import adders
@@ -377,6 +378,46 @@ def test_data_that_disagrees_with_metadata_fails_naming_the_episode_and_key(hdf5
 def test_a_minari_dataset_has_no_splits():
     with pytest.raises(SourceError, match=r"no splits \(split='test'\)"):
         load(_directory('tuple-hdf5'), split='test')
+
+
+@pytest.mark.parametrize(
+    ('split', 'ids'),
+    [('train', [0, 1, 2, 3, 4, 5]), ('train[2:5]', [2, 3, 4]), ('train[-2:]', [4, 5]),
+     ('train[:50%]', [0, 1, 2]), ('train[25%:]', [2, 3, 4, 5]), ('train[3:3]', [])],
+)  # fmt: skip
+@pytest.mark.parametrize('name', ['tuple-hdf5', 'tuple-arrow'])
+def test_a_slice_of_the_one_split_selects_the_episode_ids(name, split, ids):
+    episodes = load(_directory(name), split=split)
+    source = episodes_lib.find_source(episodes)
+    assert isinstance(source, minari.MinariSource) and source.episode_ids == tuple(ids)
+    assert [int(e[types.EPISODE_ID]) for e in _read(episodes)] == ids
+    # A selection of the slice narrows it further, still on the source.
+    assert episodes_lib.find_source(episodes.skip(1)).episode_ids == tuple(ids[1:])
+
+
+@pytest.mark.parametrize(
+    ('split', 'message'),
+    [('train[:20]', 'does not select'), ('train[:2]+train[4:]', 'joins 2 slices')],
+)
+def test_a_slice_out_of_range_or_several_slices_are_refused(split, message):
+    with pytest.raises(SourceError, match=message):
+        load(_directory('tuple-hdf5'), split=split)
+
+
+@pytest.mark.parametrize(
+    'option',
+    [{'shuffle_files': True}, {'read_config': tfds.ReadConfig()}, {'check_files': False},
+     {'check_files': 'full'}, {'whole_episodes': False}, {'data_dir': '/data'}],
+    ids=lambda o: next(iter(o)),
+)  # fmt: skip
+def test_options_a_minari_dataset_does_not_take_are_refused_by_name(option):
+    (name,) = option
+    with pytest.raises(
+        SourceError,
+        match=rf'read by the minari reader, which does not take {name}=.*'
+        r'It accepts split, step_fields',
+    ):
+        load(_directory('tuple-hdf5'), **option)
 
 
 def test_open_minari_refuses_another_directory(tmp_path):

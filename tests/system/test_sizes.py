@@ -25,9 +25,6 @@ _PENDING = {
     'rlds_reverb/export/reverb_export.py',
     'rlds_reverb/export/reverb_export.py:export_table',
     'rlds_reverb/learn/sampling.py',
-    'rlds_reverb/read/d4rl.py',
-    'rlds_reverb/read/loading.py',
-    'rlds_reverb/read/minari.py',
     'rlds_reverb/write/loop.py',
 }
 

@@ -17,6 +17,8 @@ from rlds_reverb import checkpoints, items, observers, priorities, sampling, tab
 def push_two_ways(address: str, observer: observers.ReverbAddTrajectoryObserver) -> int:
     """Loads a dataset, validates it and pushes it: the README's first steps, typed."""
     episodes = rlds_reverb.load('/data/cartpole', split='train[:10]')
+    load_options = rlds_reverb.LoadOptions(split='train[:10]', step_fields=['observation'])
+    episodes = rlds_reverb.load('/data/cartpole', options=load_options)
     report: rlds_reverb.ValidationReport = rlds_reverb.validate(episodes, on_invalid='skip')
     if not report.ok:
         print(report.format())
@@ -112,6 +114,7 @@ def use_the_other_modules(address: str, directory: str) -> list[object]:
         rlds_reverb.RldsRecorder,
         rlds_reverb.push_with_beam,
         rlds_reverb.EndBehavior.PAD,
+        rlds_reverb.register_reader,
     ]
 
 
