@@ -1,6 +1,6 @@
 """The one episode loop of every write into Reverb: check, make room, write, count, checkpoint.
 
-`push`, `push_resumable`, the Beam writer stage (`rlds_reverb.distribute.pipeline`), the
+`push`, `push_resumable`, the Beam writer stage (`rlds_reverb.distribute.writing`), the
 multi-process push (`rlds_reverb.write.parallel`) and the command line all write through
 `EpisodeLoop`, configured by one `PushOptions`:
 
