@@ -13,8 +13,7 @@ import inspect
 
 import pytest
 
-from rlds_reverb.cli import app
-from rlds_reverb.cli import reverb_commands
+from rlds_reverb.cli import app, reverb_commands
 from rlds_reverb.transform import items
 from rlds_reverb.write import parallel, resume, resume_points, seed
 from rlds_reverb.write import push as push_lib
