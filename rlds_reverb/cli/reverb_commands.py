@@ -147,13 +147,13 @@ def _serve(args: argparse.Namespace) -> int:
         options=make_push_options(args),
     )
     try:  # The server stops on any way out: an error, Ctrl-C, SIGTERM.
-        if result.outcome is seed.SeedOutcome.RESTORED:
+        stats = result.stats  # None when restored: nothing was pushed.
+        if result.outcome is seed.SeedOutcome.RESTORED or stats is None:
             print(
                 f'Restored table {result.table!r} ({result.items} items) from checkpoint '
                 f'{result.checkpoint_path} in {result.seconds:.2f} s.'
             )
         else:
-            stats = result.stats
             where = (
                 f'; checkpoint written to {result.checkpoint_path}'
                 if result.checkpoint_path
@@ -394,8 +394,8 @@ def _add_write_option_arguments(parser: argparse.ArgumentParser, *, push: bool) 
             how.update(action='append', default=[], metavar=metavar)
         else:
             value = default.value if isinstance(default, enum.Enum) else default
-            metavar = None if flag.choices else metavar
-            how.update(type=flag.type, default=value, choices=flag.choices, metavar=metavar)
+            how.update(type=flag.type, default=value, choices=flag.choices)
+            how.update(metavar=None if flag.choices else metavar)
         parser.add_argument(name, **how)
 
 
