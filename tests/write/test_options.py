@@ -66,6 +66,9 @@ def test_an_unknown_option_is_a_type_error_listing_the_options():
             entry(episodes, 'localhost:1', 'replay', on_invlid='skip')
     with pytest.raises(TypeError, match="'on_invlid'"):
         seed.seed_server(episodes, on_invlid='skip')
+    pipeline = pytest.importorskip('rlds_reverb.distribute.pipeline')
+    with pytest.raises(TypeError, match="'on_invlid'"):
+        pipeline.push_with_beam('/no/data', 'localhost:1', 'replay', on_invlid='skip')
 
 
 def test_an_option_given_both_ways_is_refused_on_every_entry_point():
