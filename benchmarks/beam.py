@@ -33,15 +33,16 @@ import reverb
 
 from benchmarks.common import print_row
 from rlds_reverb.core import episodes as episodes_lib
-from rlds_reverb.core import types
-from rlds_reverb.distribute import pipeline, routing
+from rlds_reverb.core import specs, types
+from rlds_reverb.distribute import counting, pipeline, routing
+from rlds_reverb.distribute import job as job_lib
 from rlds_reverb.examples.synthetic import make_synthetic_episodes
 from rlds_reverb.read.loading import load, open_builder
 from rlds_reverb.serve import tables
 from rlds_reverb.storage import tfds_writer
 from rlds_reverb.transform import items
-from rlds_reverb.write import engines
 from rlds_reverb.write import push as push_lib
+from rlds_reverb.write.options import PushOptions
 
 _LENGTH = 1000
 
@@ -116,24 +117,18 @@ def _beam(path: str, workers: int, num_servers: int) -> float:
 def _count_rate(path: str) -> float:
     """Returns the count stage's steps/s per worker: its own code on the whole split."""
     builder = open_builder(path)
-    job = pipeline._Job(
+    job = job_lib.BeamJob(
         dataset_dir=path,
         split='train',
         servers=('unused:0',),
         table='replay',
-        item=items.TwoStep(),
-        priority=1.0,
-        policy_info_fn=None,
-        mode=types.ValidationMode.RAISE,
-        engine=engines.EngineKind.AUTO,
-        timeout_ms=push_lib.DEFAULT_TIMEOUT_MS,
-        max_in_flight_items=push_lib.DEFAULT_MAX_IN_FLIGHT_ITEMS,
-        allow_eviction=False,
+        options=PushOptions(item=items.TwoStep()),
         result_dir='',
+        step_spec=specs.get_step_spec(load(path)),
     )
     total = builder.info.splits['train'].num_examples
     start = time.perf_counter()
-    counted = list(pipeline._CountShard(job).process(routing.ShardRange('all', 0, total)))
+    counted = list(counting.CountShard(job).process(routing.ShardRange('all', 0, total)))
     seconds = time.perf_counter() - start
     steps = sum(e.length for e in counted)
     print_row('stage: count (its own code), 1 worker', steps / seconds, steps, seconds)

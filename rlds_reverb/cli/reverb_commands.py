@@ -34,7 +34,6 @@ import sys
 import threading
 
 from rlds_reverb.cli import common
-from rlds_reverb.core import timeouts
 
 __all__ = [
     'add_push_parser',
@@ -96,9 +95,11 @@ def _serve_many(args: argparse.Namespace) -> int:
     from rlds_reverb.transform import plans
 
     checks.check_int_at_least(args.count, 1, argument='--count')
-    episodes, item = common.load_source(args), _make_item(args)
-    signature = tables.signature_for(item, episodes)
-    max_size = args.max_size or max(1, plans.count_items(episodes, item))
+    episodes, options = common.load_source(args), make_push_options(args)
+    signature = tables.signature_for(
+        options.item, episodes, episode_fields=options.episode_fields, add_ids=options.add_ids
+    )
+    max_size = args.max_size or max(1, plans.count_items(episodes, options.item))
     running = []
     try:
         for index in range(args.count):
@@ -139,21 +140,20 @@ def _serve(args: argparse.Namespace) -> int:
         common.load_source(args),
         table=args.table,
         preset=args.table_preset,
-        item=_make_item(args),
         port=args.port,
         checkpoint_dir=args.checkpoint_dir,
         max_size=args.max_size,
         priority_exponent=args.priority_exponent,
-        on_invalid=args.on_invalid,
+        options=make_push_options(args),
     )
     try:  # The server stops on any way out: an error, Ctrl-C, SIGTERM.
-        if result.outcome is seed.SeedOutcome.RESTORED:
+        stats = result.stats  # None when restored: nothing was pushed.
+        if result.outcome is seed.SeedOutcome.RESTORED or stats is None:
             print(
                 f'Restored table {result.table!r} ({result.items} items) from checkpoint '
                 f'{result.checkpoint_path} in {result.seconds:.2f} s.'
             )
         else:
-            stats = result.stats
             where = (
                 f'; checkpoint written to {result.checkpoint_path}'
                 if result.checkpoint_path
@@ -174,20 +174,37 @@ def _serve(args: argparse.Namespace) -> int:
     return common.EXIT_OK
 
 
-def _make_push_options(args: argparse.Namespace):
-    """Returns the command's one `PushOptions` (what every push path writes with)."""
-    from rlds_reverb.write import options
+def make_push_options(args: argparse.Namespace):
+    """Returns the command's one `PushOptions`, from the flags `PushOptions` declares.
 
-    return options.PushOptions(
-        item=_make_item(args),
-        on_invalid=args.on_invalid,
-        timeout_ms=args.timeout_ms,
-        allow_eviction=args.allow_eviction,
-        episode_fields=tuple(args.episode_field),
-        add_ids=args.add_ids,
-        resume=args.resume,
-        checkpoint_every=args.checkpoint_every,
-    )
+    Raises:
+      ValueError: Naming the first invalid option by its flag (`--timeout-ms=0 ...`).
+    """
+    import dataclasses
+
+    from rlds_reverb.write.options import PushOptions
+
+    given = {
+        field.name: getattr(args, field.name)
+        for field in dataclasses.fields(PushOptions)
+        if hasattr(args, field.name) and PushOptions.flag_of(field) is not None
+    }
+    try:
+        return PushOptions(item=_make_item(args), **given)
+    except ValueError as e:
+        raise ValueError(_spell_as_flags(str(e))) from e
+
+
+def _spell_as_flags(message: str) -> str:
+    """Returns an option's error with the option named as its flag (`--checkpoint-every=0`)."""
+    import dataclasses
+
+    from rlds_reverb.write.options import PushOptions
+
+    for field in dataclasses.fields(PushOptions):
+        if message.startswith(f'{field.name}='):
+            return PushOptions.flag_name(field.name) + message[len(field.name) :]
+    return message
 
 
 def _find_resume_point(args: argparse.Namespace, episodes, options):
@@ -197,7 +214,7 @@ def _find_resume_point(args: argparse.Namespace, episodes, options):
 
     client = table_info.connect(args.server)  # A dead server is named before counting.
     counts = resume.count_items_per_episode(episodes, options.item)
-    inserted = resume.count_inserted(client, args.table, timeout_ms=args.timeout_ms)
+    inserted = resume.count_inserted(client, args.table, timeout_ms=options.timeout_ms)
     start = resume.find_resume_point(inserted, counts)
     held = f'episodes 0..{start.episode - 1} of the dataset' if start.episode else 'no episode'
     part = f' and the first {start.items} items of episode {start.episode}' if start.items else ''
@@ -209,11 +226,10 @@ def _find_resume_point(args: argparse.Namespace, episodes, options):
     return start
 
 
-def _push_to_one_server(args: argparse.Namespace, progress):
+def _push_to_one_server(args: argparse.Namespace, options, progress):
     """Pushes SOURCE into `--server` (from `--workers` processes); returns stats, failures."""
     from rlds_reverb.write import parallel, resume
 
-    options = _make_push_options(args)
     if options.resume or options.checkpoint_every is not None:
         episodes = common.load_source(args)
         start = _find_resume_point(args, episodes, options) if options.resume else 0
@@ -233,25 +249,14 @@ def _push_to_one_server(args: argparse.Namespace, progress):
     return result.stats, result.failures
 
 
-def _check_push_options(args: argparse.Namespace, item) -> None:
-    """Raises ValueError for option combinations `push` cannot honour."""
+def _check_workers(args: argparse.Namespace, options) -> None:
+    """Raises ValueError for `--workers` not an integer >= 1, or with options that need one
+    writer (`options.check_writers`)."""
     from rlds_reverb.core import checks
+    from rlds_reverb.write.options import Writers, check_writers
 
-    checks.check_int_at_least(args.workers, 1, argument='--workers')
-    if args.workers > 1 and item.crosses_episodes:
-        raise ValueError('--end continue windows cross episodes; use --workers 1 with it.')
-    resumable = args.resume or args.checkpoint_every is not None
-    if resumable and args.workers > 1:
-        raise ValueError(
-            '--resume and --checkpoint-every need one writer (episodes in order); '
-            'use --workers 1 with them.'
-        )
-    if args.checkpoint_every is not None:
-        checks.check_int_at_least(args.checkpoint_every, 1, argument='--checkpoint-every')
-    if args.add_ids and args.workers > 1:
-        raise ValueError(
-            '--add-ids numbers the episodes of one dataset in order; use --workers 1 with it.'
-        )
+    if checks.check_int_at_least(args.workers, 1, argument='--workers') > 1:
+        check_writers(options, Writers.PROCESSES, as_flags=True)
 
 
 def _beam_flags(args: argparse.Namespace) -> list[str]:
@@ -271,11 +276,15 @@ def _beam_flags(args: argparse.Namespace) -> list[str]:
 
 def _push_beam(args: argparse.Namespace) -> int:
     """`push --servers`: the Beam pipeline into several servers, with a progress bar of items."""
-    if args.server or args.workers != 1 or args.resume or args.checkpoint_every is not None:
+    if args.server or args.workers != 1:
         raise ValueError(
             '--servers runs the Beam pipeline, which always resumes exactly; use it without '
-            '--server, --workers, --resume and --checkpoint-every (use --direct-num-workers).'
+            '--server and --workers (use --direct-num-workers).'
         )
+    from rlds_reverb.write.options import Writers, check_writers
+
+    options = make_push_options(args)
+    check_writers(options, Writers.BEAM, as_flags=True)
     try:
         from rlds_reverb.distribute import pipeline
     except ImportError as e:
@@ -298,7 +307,7 @@ def _push_beam(args: argparse.Namespace) -> int:
             data_dir=args.data_dir,
             pipeline_options=_beam_flags(args),
             progress=_progress,
-            options=_make_push_options(args),
+            options=options,
         )
     finally:
         bar.close()
@@ -313,10 +322,11 @@ def _push(args: argparse.Namespace) -> int:
         raise ValueError(f'unrecognized arguments: {" ".join(args.beam_args)}')
     if not args.server:
         raise ValueError('push needs --server HOST:PORT (or --servers for the Beam pipeline).')
-    _check_push_options(args, _make_item(args))
+    options = make_push_options(args)
+    _check_workers(args, options)
     bar = common.ProgressBar(disable=args.no_progress)
     try:
-        total, failures = _push_to_one_server(args, bar.update)
+        total, failures = _push_to_one_server(args, options, bar.update)
     finally:
         bar.close()
     print(
@@ -358,11 +368,35 @@ def _add_item_arguments(parser: argparse.ArgumentParser) -> None:
         choices=_values(types.EpisodeOverflow),
         help='episode: what to do with longer episodes',
     )
-    parser.add_argument(
-        '--on-invalid',
-        default=types.ValidationMode.RAISE.value,
-        choices=[m.value for m in types.ValidationMode if m is not types.ValidationMode.REPORT],
-    )
+
+
+def _add_write_option_arguments(parser: argparse.ArgumentParser, *, push: bool) -> None:
+    """Adds a flag per option of `PushOptions` that declares one (`Flag`), with its default.
+
+    `make_push_options` turns them back into a `PushOptions`: a new option reaches `push`
+    and `serve` from its definition alone.
+    """
+    import dataclasses
+    import enum
+
+    from rlds_reverb.write.options import PushOptions  # Loads without TensorFlow.
+
+    for field in dataclasses.fields(PushOptions):
+        flag = PushOptions.flag_of(field)
+        if flag is None or (flag.push_only and not push):
+            continue
+        name, default = PushOptions.flag_name(field.name), field.default
+        metavar = name[2:].replace('-', '_').upper()  # --episode-field: EPISODE_FIELD.
+        how: dict = {'dest': field.name, 'help': flag.help}
+        if isinstance(default, bool):
+            how.update(action='store_true')
+        elif flag.repeat:
+            how.update(action='append', default=[], metavar=metavar)
+        else:
+            value = default.value if isinstance(default, enum.Enum) else default
+            how.update(type=flag.type, default=value, choices=flag.choices)
+            how.update(metavar=None if flag.choices else metavar)
+        parser.add_argument(name, **how)
 
 
 def add_serve_parser(subparsers) -> argparse.ArgumentParser:
@@ -371,6 +405,7 @@ def add_serve_parser(subparsers) -> argparse.ArgumentParser:
 
     parser = subparsers.add_parser('serve', help='seed or restore a Reverb server and serve it')
     _add_item_arguments(parser)
+    _add_write_option_arguments(parser, push=False)
     parser.add_argument('--port', type=int, required=True, help='port to serve on')
     parser.add_argument(
         '--table-preset',
@@ -407,31 +442,7 @@ def add_push_parser(subparsers) -> argparse.ArgumentParser:
         '--direct-num-workers', type=int, default=None, help='DirectRunner worker processes'
     )
     parser.add_argument('--workers', type=int, default=1, help='processes (dataset shards)')
-    parser.add_argument('--timeout-ms', type=int, default=timeouts.PUSH_MS)
-    parser.add_argument('--allow-eviction', action='store_true')
     parser.add_argument('--no-progress', action='store_true', help='hide the progress bar')
-    parser.add_argument(
-        '--episode-field',
-        action='append',
-        default=[],
-        help='an episode-level field to carry into every item (repeatable)',
-    )
-    parser.add_argument(
-        '--add-ids',
-        action='store_true',
-        help='add episode_id and step_index to every item (what export needs for two-step '
-        'and sequence items)',
-    )
-    parser.add_argument(
-        '--resume',
-        action='store_true',
-        help='start at the first episode the table lacks (from its insert count)',
-    )
-    parser.add_argument(
-        '--checkpoint-every',
-        type=int,
-        default=None,
-        help='checkpoint the server after every N episodes (so a restart can --resume)',
-    )
+    _add_write_option_arguments(parser, push=True)
     parser.set_defaults(handler=_push, beam_args=[], accepts_unknown_arguments=True)
     return parser

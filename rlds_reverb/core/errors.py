@@ -29,12 +29,32 @@ __all__ = [
 ]
 
 
+def _rebuild(cls: type, args: tuple, keywords: dict[str, Any]) -> BaseException:
+    """Makes an error again from its constructor's arguments (what `__reduce__` pickles)."""
+    return cls(*args, **keywords)
+
+
 class RldsReverbError(Exception):
     """Base class of every error this toolkit raises on purpose."""
 
 
 class SourceError(RldsReverbError, ValueError):
-    """A dataset source could not be opened: wrong path, not an RLDS/TFDS dataset, no `steps`."""
+    """A dataset source could not be opened: wrong path, not an RLDS/TFDS dataset, no `steps`.
+
+    Args:
+      *args: The message (what is wrong and what to do), as for any exception.
+      tf_agents_message: TF-Agents' own message for the same defect, if it has one: the
+        TF-Agents drop-in functions raise with it as `str(error)`
+        (`specs.use_tf_agents_messages`).
+    """
+
+    def __init__(self, *args: object, tf_agents_message: str | None = None):
+        self.tf_agents_message = tf_agents_message
+        super().__init__(*args)
+
+    def __reduce__(self):
+        keywords = {'tf_agents_message': self.tf_agents_message}
+        return (_rebuild, (type(self), self.args, keywords), self.__dict__)
 
 
 class SourceNotFoundError(SourceError, FileNotFoundError):
@@ -51,12 +71,39 @@ class MinariFormatError(SourceError):
 
 
 class SpecMismatchError(RldsReverbError, ValueError):
-    """Two specs that must agree do not; the message holds a leaf-by-leaf diff."""
+    """Two specs that must agree do not; the message holds a leaf-by-leaf diff.
 
-    def __init__(self, message: str, differences: Sequence[str] = ()):
+    Args:
+      message: What was compared.
+      differences: One line per leaf that differs (`specs.diff_specs`), listed under the
+        message unless `list_differences` is false.
+      tf_agents_message: TF-Agents' own message for the same defect, if it has one (as for
+        `SourceError`).
+      list_differences: Whether `str(error)` lists the differences.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        differences: Sequence[str] = (),
+        *,
+        tf_agents_message: str | None = None,
+        list_differences: bool = True,
+    ):
+        self.message = message
         self.differences = list(differences)
-        details = ''.join(f'\n  {line}' for line in self.differences)
+        self.tf_agents_message = tf_agents_message
+        self.list_differences = list_differences
+        details = ''.join(f'\n  {line}' for line in self.differences) if list_differences else ''
         super().__init__(f'{message}{details}')
+
+    def __reduce__(self):
+        keywords = {
+            'tf_agents_message': self.tf_agents_message,
+            'list_differences': self.list_differences,
+        }
+        args = (self.message, self.differences)
+        return (_rebuild, (type(self), args, keywords), self.__dict__)
 
 
 class InvalidEpisodeError(RldsReverbError, tf.errors.InvalidArgumentError):
@@ -64,20 +111,37 @@ class InvalidEpisodeError(RldsReverbError, tf.errors.InvalidArgumentError):
 
     It is a `tf.errors.InvalidArgumentError`, as TF-Agents' converter raises, so existing
     `except` clauses keep working.
+
+    Args:
+      episode_index: The episode's index in the dataset.
+      problems: Every problem found in it (`check.validation.Problem`s).
+      episodes_written: When a push stopped at it: how many episodes before it were fully
+        written (also said in a note); None otherwise.
     """
 
-    def __init__(self, episode_index: int, problems: Sequence[Any]):
+    def __init__(
+        self,
+        episode_index: int,
+        problems: Sequence[Any],
+        *,
+        episodes_written: int | None = None,
+    ):
         self.episode_index = episode_index
         self.problems = list(problems)
+        self.episodes_written = episodes_written
         lines = '\n'.join(f'  - {p.describe()}' for p in self.problems)
         message = (
             f'Episode {episode_index} is invalid ({len(self.problems)} problem(s)):\n{lines}\n'
             "Fix the data, or pass on_invalid='skip' to drop invalid episodes whole (never partly)."
         )
         tf.errors.InvalidArgumentError.__init__(self, None, None, message)
+        if episodes_written is not None:
+            self.add_note(f'{episodes_written} episode(s) before it were fully written.')
 
     def __reduce__(self):
-        return (type(self), (self.episode_index, self.problems))
+        keywords = {'episodes_written': self.episodes_written}
+        args = (self.episode_index, self.problems)
+        return (_rebuild, (type(self), args, keywords), self.__dict__)
 
 
 class ReverbTimeoutError(RldsReverbError, TimeoutError):
@@ -97,12 +161,36 @@ class TableError(RldsReverbError, ValueError):
 
 
 class PushError(RldsReverbError, RuntimeError):
-    """A push stopped part way; the message says exactly how many episodes were fully written."""
+    """A push stopped part way; the message says exactly how many episodes were fully written.
 
-    def __init__(self, message: str, *, episodes_written: int, items_written: int):
+    Args:
+      message: What failed, and what was written.
+      episodes_written: The episodes fully written.
+      items_written: The items written (per table).
+      counts_from_dataset_start: Whether `episodes_written` counts from episode 0 of the
+        dataset (a resumable push's errors do), not from where this push started.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        *,
+        episodes_written: int,
+        items_written: int,
+        counts_from_dataset_start: bool = False,
+    ):
         self.episodes_written = episodes_written
         self.items_written = items_written
+        self.counts_from_dataset_start = counts_from_dataset_start
         super().__init__(message)
+
+    def __reduce__(self):
+        keywords = {
+            'episodes_written': self.episodes_written,
+            'items_written': self.items_written,
+            'counts_from_dataset_start': self.counts_from_dataset_start,
+        }
+        return (_rebuild, (type(self), self.args, keywords), self.__dict__)
 
 
 class TableTooSmallError(TableError, PushError):

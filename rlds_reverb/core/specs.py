@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import tensorflow as tf
 import tree
@@ -14,7 +14,7 @@ if TYPE_CHECKING:
     from tf_agents.trajectories import trajectory
 
 from rlds_reverb.core import types
-from rlds_reverb.core.errors import RldsReverbError, SourceError, SpecMismatchError
+from rlds_reverb.core.errors import SourceError, SpecMismatchError
 
 __all__ = [
     'PolicyInfoFn',
@@ -48,28 +48,26 @@ def get_step_spec(rlds_data: tf.data.Dataset) -> dict[str, types.SpecNest]:
     steps_spec = episode_spec.get(types.STEPS) if isinstance(episode_spec, dict) else None
     if not isinstance(steps_spec, tf.data.DatasetSpec):
         found = list(episode_spec) if isinstance(episode_spec, dict) else episode_spec
-        error = SourceError(
+        raise SourceError(
             f"No dataset representing RLDS '{types.STEPS}' exists in the data: each episode "
             f"must be a dict with a '{types.STEPS}' tf.data.Dataset; found {found}. "
-            'Pass an RLDS dataset of episodes (for example rlds_reverb.load(path)).'
+            'Pass an RLDS dataset of episodes (for example rlds_reverb.load(path)).',
+            tf_agents_message=f'No dataset representing RLDS {types.STEPS} exist in the data.',
         )
-        error.tf_agents_message = f'No dataset representing RLDS {types.STEPS} exist in the data.'
-        raise error
     step_spec = steps_spec.element_spec
     if not isinstance(step_spec, dict):
         raise SourceError(f'RLDS steps must be dicts of fields; found a step spec {step_spec}.')
     missing = [f for f in types.REQUIRED_STEP_FIELDS if f not in step_spec]
     if missing:
-        error = SpecMismatchError(
+        raise SpecMismatchError(
             f'Invalid RLDS step spec: missing step field(s) {missing}. Features expected are '
             f'{get_rlds_step_features()}, but found {sorted(step_spec)}. Add the missing '
-            "fields (rlds_reverb.load fills a missing 'discount' with 1.0)."
+            "fields (rlds_reverb.load fills a missing 'discount' with 1.0).",
+            tf_agents_message=(
+                f'Invalid RLDS step spec. Features expected are {get_rlds_step_features()}, '
+                f'but found {list(step_spec.keys())}'
+            ),
         )
-        error.tf_agents_message = (
-            f'Invalid RLDS step spec. Features expected are {get_rlds_step_features()}, '
-            f'but found {list(step_spec.keys())}'
-        )
-        raise error
     return dict(step_spec)
 
 
@@ -85,15 +83,16 @@ def use_tf_agents_messages() -> Iterator[None]:
     """
     try:
         yield
-    except RldsReverbError as e:
-        message = getattr(e, 'tf_agents_message', None)
+    except (SourceError, SpecMismatchError) as e:
+        message = e.tf_agents_message
         if message is None:
             raise
-        error = type(e)(message)
+        error: SourceError | SpecMismatchError
         if isinstance(e, SpecMismatchError):
-            error.differences = list(e.differences)
-        error.add_note(str(e))
-        for note in getattr(e, '__notes__', ()):
+            error = type(e)(message, e.differences, list_differences=False)
+        else:
+            error = type(e)(message)
+        for note in (str(e), *getattr(e, '__notes__', ())):
             error.add_note(note)
         raise error from None
 
@@ -176,7 +175,7 @@ def create_trajectory_data_spec(
     return spec._replace(discount=_discount_spec(step_spec[types.DISCOUNT]))
 
 
-def _flatten_with_names(nest: types.SpecNest) -> dict[str, object]:
+def _flatten_with_names(nest: types.SpecNest) -> dict[str, Any]:
     """Returns `{'a.b.0': leaf}` for every leaf of `nest` (namedtuple fields by name)."""
     return {
         '.'.join(str(p) for p in path) or '<root>': leaf

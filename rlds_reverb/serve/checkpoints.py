@@ -211,7 +211,7 @@ def reset_rate_limiters(checkpoint_dir: os.PathLike | str) -> list[str]:
     return changed
 
 
-def _link_or_copy(source: str, target: str) -> None:
+def _link_or_copy(source: str | os.PathLike, target: str | os.PathLike) -> None:
     try:
         os.link(source, target)  # Same bytes, no copy, and it outlives Reverb's delete.
     except OSError:

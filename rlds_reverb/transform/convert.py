@@ -180,7 +180,7 @@ def convert_episodes_to_trajectories(
         # The whole episodes themselves: picking `steps` in the one map below saves a map.
         indexed = episodes_lib.to_whole_episodes(rlds_data).enumerate()
 
-        def _decode(episode: dict) -> types.Nest:
+        def _decode(episode: types.Episode) -> types.Nest:
             return episode[types.STEPS]
 
     else:

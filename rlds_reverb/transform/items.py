@@ -38,6 +38,8 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+from collections.abc import Callable
+from typing import cast
 
 import tensorflow as tf
 
@@ -143,6 +145,12 @@ class ItemKind(abc.ABC):
     @property
     def window_pattern(self) -> WindowPattern | None:
         """The items as fixed windows of the newest rows, or None when they are not."""
+        return None
+
+    @property
+    def stream_window(self) -> WindowPattern | None:
+        """The windows across episodes (`crosses_episodes`), placed by the writer on the
+        stream of every episode's rows; None for items within episodes."""
         return None
 
     def describe_length_problem(self, length: int) -> str | None:
@@ -313,7 +321,7 @@ class Sequence(ItemKind):
         size = tf.shape(steps[types.IS_FIRST])[0]
         if self.crosses_episodes:  # Stream windows: the writer places them.
             return tf.zeros([0], tf.int32), tf.zeros([0], tf.int32)
-        return compute_sequence_windows(size, self.length, self.period, self.end)
+        return compute_sequence_windows(size, self.length, self.window_period, self.end)
 
     def compute_item_spec(self, episodes, *, policy_info_fn=None):
         fixed = self.end is not types.EndBehavior.TRUNCATE
@@ -324,10 +332,21 @@ class Sequence(ItemKind):
         return self.length
 
     @property
+    def window_period(self) -> int:
+        """Steps between window starts (`period`, which defaults to `length`)."""
+        return cast(int, self.period)  # Set by __post_init__.
+
+    @property
     def window_pattern(self) -> WindowPattern | None:
         if self.end is not types.EndBehavior.DROP:
             return None  # The other ends shorten, pad or move the tail window.
-        return WindowPattern(length=self.length, period=self.period)
+        return WindowPattern(length=self.length, period=self.window_period)
+
+    @property
+    def stream_window(self) -> WindowPattern | None:
+        if not self.crosses_episodes:
+            return None
+        return WindowPattern(length=self.length, period=self.window_period)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -411,7 +430,7 @@ def parse_item(
     Example:
       >>> parse_item('n-step', n=3, gamma=0.99)
     """
-    makers = {
+    makers: dict[ItemName, Callable[[], ItemKind]] = {
         ItemName.TWO_STEP: TwoStep,
         ItemName.N_STEP: lambda: NStep(n, gamma),
         ItemName.SEQUENCE: lambda: Sequence(length, period, end),

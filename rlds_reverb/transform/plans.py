@@ -165,8 +165,10 @@ def _count_per_valid_episode(
     checker = validation.EpisodeChecker(specs.get_step_spec(episodes))
     counts = []
     for index, element in validation.read_episodes(counted):
-        unreadable = isinstance(element, validation.UnreadableEpisode)
-        summary, count = (element, 0) if unreadable else element
+        if isinstance(element, validation.UnreadableEpisode):
+            counts.append(0)  # An unreadable episode is invalid: it gives no item.
+            continue
+        summary, count = element
         counts.append(0 if checker.find_problems(index, summary) else int(count))
     return np.asarray(counts, dtype=np.int64)
 
@@ -196,11 +198,12 @@ def count_items(episodes: tf.data.Dataset, item: items_lib.ItemKind) -> int:
     Example:
       >>> table = tables.uniform('replay', max_size=count_items(episodes, items.TwoStep()))
     """
-    if not item.crosses_episodes:
+    stream = item.stream_window
+    if not item.crosses_episodes or stream is None:
         return int(count_items_per_episode(episodes, item).sum())
     # Windows across episodes cover the stream of the valid episodes' steps.
     total = _count_per_valid_episode(episodes, item, episodes_lib.episode_length).sum()
     starts, _ = items_lib.compute_sequence_windows(
-        tf.constant(int(total)), item.length, item.period, types.EndBehavior.PAD
+        tf.constant(int(total)), stream.length, stream.period, types.EndBehavior.PAD
     )
     return int(tf.size(starts))

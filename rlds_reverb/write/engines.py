@@ -25,11 +25,10 @@ otherwise hang whichever later call (or the interpreter's exit) happens to garba
 from __future__ import annotations
 
 import dataclasses
-import enum
 import math
 import time
 from collections.abc import Callable
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 import reverb
@@ -42,6 +41,7 @@ from rlds_reverb.serve import table_info
 from rlds_reverb.transform import items as items_lib
 from rlds_reverb.transform.plans import EpisodePlan
 from rlds_reverb.write import configs as configs_lib
+from rlds_reverb.write.options import EngineKind
 
 __all__ = [
     'EngineKind',
@@ -50,20 +50,6 @@ __all__ = [
     'WriterEngine',
     'make_engine',
 ]
-
-
-class EngineKind(enum.Enum):
-    """Which Reverb writer a push uses.
-
-    AUTO: the StructuredWriter when configs can create the items (two-step, n-step and
-      dropped-tail sequence items with a constant priority), else the TrajectoryWriter.
-    STRUCTURED: the StructuredWriter (an error for items it cannot create).
-    TRAJECTORY: the TrajectoryWriter, which writes every item kind.
-    """
-
-    AUTO = 'auto'
-    STRUCTURED = 'structured'
-    TRAJECTORY = 'trajectory'
 
 
 class WriterEngine(Protocol):
@@ -180,7 +166,7 @@ def list_rows(rows: types.Nest) -> list[list[np.ndarray]]:
 class _Engine:
     """What both engines share: bounded waits on the server, and closing as a context."""
 
-    _writer: sw.StructuredWriter | reverb.TrajectoryWriter | None
+    _writer: sw.StructuredWriter | reverb.TrajectoryWriter  # Deleted by `close`.
     _address: str
     _timeout_ms: int
 
@@ -196,7 +182,8 @@ class _Engine:
         self._wait(lambda ms: writer.end_episode(clear_buffers, timeout_ms=ms))
 
     def close(self) -> None:
-        writer, self._writer = self._writer, None
+        # Dropping the engine's reference lets the writer be destroyed (or kept, `_release`).
+        writer = vars(self).pop('_writer', None)
         if writer is not None:
             self._release(writer)
 
@@ -259,9 +246,10 @@ class TrajectoryEngine(_Engine):
         self._schedule = FlushSchedule.for_max_in_flight(max_in_flight_items)
         self._address = client.server_address
         self._timeout_ms = timeout_ms
-        self._columns = None
+        self._stream = item.stream_window  # Windows across episodes (CONTINUE), if any.
+        self._columns: list[Any] = []  # The writer's history columns, from the first row.
         self._appended = 0  # Rows appended since the writer's buffers were last cleared.
-        self._last_row = None
+        self._last_row: list[np.ndarray] | None = None
         self._created = 0  # Items created (per table) since the last count was taken.
 
     def _chunk_small_columns(self, row: list[np.ndarray]) -> None:
@@ -287,14 +275,14 @@ class TrajectoryEngine(_Engine):
 
     def _append(self, row: list[np.ndarray]) -> None:
         self._writer.append(row)
-        if self._columns is None:
+        if not self._columns:
             self._columns = tree.flatten(self._writer.history)
             self._chunk_small_columns(row)
         self._appended += 1
         if self._schedule.is_due(self._appended):
             self._flush(self._schedule.bound)
 
-    def _create_item(self, start: int, size: int, priority: float) -> None:
+    def _create_item(self, start: int, size: int, priority: float | None) -> None:
         # Relative (negative) indices: history slices ending at the newest row need them.
         first, stop = start - self._appended, start + size - self._appended
         if self._item.squeeze:
@@ -320,39 +308,39 @@ class TrajectoryEngine(_Engine):
                 priority = float(plan.priorities[i]) if per_item else self._priority
                 self._create_item(offset + int(starts[i]), int(sizes[i]), priority)
                 pointer += 1
-            if self._item.crosses_episodes:
-                self._create_stream_item()
+            if self._stream is not None:
+                self._create_stream_item(self._stream)
         if rows:
             self._last_row = [np.zeros_like(leaf) for leaf in rows[0]]
-        keep = self._item.crosses_episodes
+        keep = self._stream is not None
         self._end_episode(clear_buffers=not keep)
         if not keep:
             self._appended = 0
         return self._take_count()
 
-    def _create_stream_item(self) -> None:
+    def _create_stream_item(self, stream: items_lib.WindowPattern) -> None:
         """Creates the stream window (CONTINUE) ending at the row just appended, if any."""
-        length, period = self._item.length, self._item.period
-        start = self._appended - length
-        if start >= 0 and start % period == 0:
-            self._create_item(start, length, self._priority)
+        start = self._appended - stream.length
+        if start >= 0 and start % stream.period == 0:
+            self._create_item(start, stream.length, self._priority)
 
     def finish(self) -> int:
         """Pads the stream's tail window (CONTINUE) and writes it; returns its items."""
-        if not self._item.crosses_episodes or self._last_row is None:
+        stream = self._stream
+        if stream is None or self._last_row is None:
             return 0
         total = self._appended
         starts, _ = items_lib.compute_sequence_windows(
-            tf.constant(total), self._item.length, self._item.period, types.EndBehavior.PAD
+            tf.constant(total), stream.length, stream.period, types.EndBehavior.PAD
         )
-        tail = [int(s) for s in starts.numpy() if int(s) + self._item.length > total]
+        tail = [int(s) for s in starts.numpy() if int(s) + stream.length > total]
         if not tail:
             return 0
-        for _ in range(self._item.length - 1):
+        for _ in range(stream.length - 1):
             self._writer.append(self._last_row)
             self._appended += 1
         for start in tail:
-            self._create_item(start, self._item.length, self._priority)
+            self._create_item(start, stream.length, self._priority)
         self._end_episode()
         return self._take_count()
 
@@ -367,7 +355,7 @@ def make_engine(
     *,
     num_columns: int,
     priority: float | None,
-    kind: EngineKind = EngineKind.AUTO,
+    kind: EngineKind | str = EngineKind.AUTO,
     max_in_flight_items: int,
     timeout_ms: int,
 ) -> WriterEngine:
@@ -379,13 +367,15 @@ def make_engine(
       table_names: The tables that get every item.
       num_columns: Leaves per row.
       priority: The constant priority, or None for per-item priorities in the plans.
-      kind: Which engine; AUTO picks the StructuredWriter when it can create the items.
+      kind: Which engine (`EngineKind`, or its value); AUTO picks the StructuredWriter when
+        it can create the items.
       max_in_flight_items: The most items pending on the server.
       timeout_ms: The most any wait on the server may take.
 
     Raises:
       ValueError: If `kind` is STRUCTURED but configs cannot create the items.
     """
+    kind = types.as_enum(EngineKind, kind, argument='engine')
     configs = None
     if priority is not None and kind is not EngineKind.TRAJECTORY:
         configs = configs_lib.make_item_configs(item, num_columns, table_names, priority)

@@ -1,6 +1,6 @@
 """The one episode loop of every write into Reverb: check, make room, write, count, checkpoint.
 
-`push`, `push_resumable`, the Beam writer stage (`rlds_reverb.distribute.pipeline`), the
+`push`, `push_resumable`, the Beam writer stage (`rlds_reverb.distribute.writing`), the
 multi-process push (`rlds_reverb.write.parallel`) and the command line all write through
 `EpisodeLoop`, configured by one `PushOptions`:
 
@@ -16,7 +16,8 @@ multi-process push (`rlds_reverb.write.parallel`) and the command line all write
   item first, and may checkpoint the server every `checkpoint_every` episodes.
 
 `push_episodes` is the whole of a push from a `tf.data` dataset: carry episode fields,
-check the tables, find the resume point, plan the episodes and run the loop.
+check the tables, find the resume point (`rlds_reverb.write.resume_points`), plan the
+episodes and run the loop.
 """
 
 from __future__ import annotations
@@ -24,9 +25,7 @@ from __future__ import annotations
 import dataclasses
 import time
 from collections.abc import Iterable
-from typing import NamedTuple
 
-import numpy as np
 import reverb
 import tensorflow as tf
 import tree
@@ -38,33 +37,26 @@ from rlds_reverb.core.errors import (
     EpisodeTooLongError,
     InvalidEpisodeError,
     PushError,
-    ResumeError,
     ReverbConnectionError,
     TableTooSmallError,
 )
 from rlds_reverb.serve import checkpoints, table_info
 from rlds_reverb.transform import carry
-from rlds_reverb.transform import items as items_lib
 from rlds_reverb.transform import plans as plans_lib
 from rlds_reverb.transform.plans import EpisodePlan
 from rlds_reverb.write import engines
-from rlds_reverb.write.options import (
-    DEFAULT_MAX_IN_FLIGHT_ITEMS,
-    DEFAULT_TIMEOUT_MS,
-    PushOptions,
+from rlds_reverb.write.options import PushOptions
+from rlds_reverb.write.resume_points import (
+    ResumePoint,
+    count_resume_point,
+    write_remaining_items,
 )
 
 __all__ = [
     'EpisodeLoop',
     'ProgressFn',
     'PushStats',
-    'ResumePoint',
-    'count_resume_point',
-    'drop_first_items',
-    'find_resume_point',
-    'order_items',
     'push_episodes',
-    'write_remaining_items',
 ]
 
 ProgressFn = types.EpisodeProgressFn  # fn(episodes, steps) after each episode written.
@@ -102,129 +94,7 @@ class PushStats:
         )
 
 
-class ResumePoint(NamedTuple):
-    """Where a resumed write starts: `episode`, of which `items` are already in the table."""
-
-    episode: int
-    items: int = 0
-
-
 _START = ResumePoint(0)
-
-
-# --- The items of a partly written episode ---------------------------------------------------
-
-
-def order_items(plan: EpisodePlan) -> np.ndarray:
-    """Returns the plan's item indices in the order a writer inserts them (by end row).
-
-    Both engines create an episode's items (for one table) in this order: the
-    StructuredWriter's window configs end at most one item per row, and the
-    TrajectoryEngine creates items sorted by their end row (stable).
-    """
-    starts, sizes = np.asarray(plan.starts), np.asarray(plan.sizes)
-    return np.argsort(starts + sizes, kind='stable')
-
-
-def drop_first_items(plan: EpisodePlan, count: int) -> EpisodePlan:
-    """Returns the plan without its first `count` items in insertion order (same rows)."""
-    keep = np.sort(order_items(plan)[count:])
-    priorities = plan.priorities
-    if len(priorities):
-        priorities = np.asarray(priorities)[keep]
-    return plan._replace(
-        starts=np.asarray(plan.starts)[keep],
-        sizes=np.asarray(plan.sizes)[keep],
-        priorities=priorities,
-    )
-
-
-def write_remaining_items(
-    client: reverb.Client,
-    table: str,
-    plan: EpisodePlan,
-    held: int,
-    *,
-    item: items_lib.ItemKind,
-    priority: float | None,
-    timeout_ms: int = DEFAULT_TIMEOUT_MS,
-    max_in_flight_items: int = DEFAULT_MAX_IN_FLIGHT_ITEMS,
-) -> int:
-    """Writes the items of a partly written episode that the table does not hold yet.
-
-    The table holds the first `held` items of the episode (in insertion order, see
-    `order_items`); this appends the episode's rows again and creates the others with a
-    `TrajectoryWriter`, so the table ends up holding every item of the episode once.
-
-    Args:
-      client: The Reverb client.
-      table: The table (its only writer).
-      plan: The episode's plan.
-      held: How many of its items the table holds (`find_resume_point(...).items`).
-      item: The item kind (not crossing episodes).
-      priority: The constant priority, or None for the plan's per-item priorities.
-      timeout_ms: The most any wait on the server may take.
-      max_in_flight_items: The most items pending on the server.
-
-    Returns:
-      The number of items written.
-
-    Raises:
-      ValueError: If `held` is not between 0 and the plan's items.
-
-    Example:
-      >>> write_remaining_items(client, 'replay', plan, 2, item=items.TwoStep(), priority=1.0)
-    """
-    if not 0 <= held <= plan.num_items:
-        raise ValueError(f'held={held} is not valid; the episode has {plan.num_items} items.')
-    rest = drop_first_items(plan, held)
-    if rest.num_items == 0:
-        return 0
-    engine = engines.TrajectoryEngine(
-        client,
-        item,
-        [table],
-        priority=priority,
-        max_in_flight_items=max_in_flight_items,
-        timeout_ms=timeout_ms,
-    )
-    with engine:  # Closed on every path: no writer is left to its destructor.
-        return engine.write_episode(rest)
-
-
-def find_resume_point(inserted: int, counts: np.ndarray) -> ResumePoint:
-    """Returns where a table with `inserted` items resumes, at item level.
-
-    A count that falls inside an episode is no error: the result names that episode and
-    how many of its items the table already holds (its first items in insertion order, see
-    `write_remaining_items`).
-
-    Args:
-      inserted: The table's insert count (`table_info.count_inserted`).
-      counts: The items of each episode in the order they are written (0 for skipped ones).
-
-    Returns:
-      The first episode not wholly in the table, and how many of its items are.
-
-    Raises:
-      ResumeError: If `inserted` exceeds the items of all the episodes (other data).
-
-    Example:
-      >>> find_resume_point(8, np.array([3, 3, 3, 3]))  # ResumePoint(episode=2, items=2)
-    """
-    counts = np.asarray(counts, dtype=np.int64)
-    ends = np.cumsum(counts)
-    total = int(ends[-1]) if len(ends) else 0
-    if inserted > total:
-        raise ResumeError(
-            f'The table holds {inserted} items, more than the {total} items of the whole '
-            'dataset: it holds other data; push into an empty table instead.',
-            episodes_written=len(counts),
-            items_written=inserted,
-        )
-    whole = int(np.searchsorted(ends, inserted, side='right'))
-    held = int(ends[whole - 1]) if whole else 0
-    return ResumePoint(whole, inserted - held)
 
 
 # --- The loop --------------------------------------------------------------------------------
@@ -288,22 +158,23 @@ class EpisodeLoop:
 
     # --- Refusals before an episode ---
 
-    def _check_episode(self, index: int, plan: EpisodePlan | validation.UnreadableEpisode) -> bool:
-        """Returns whether to write the episode; raises for invalid data in raise mode.
+    def _check_episode(
+        self, index: int, plan: EpisodePlan | validation.UnreadableEpisode
+    ) -> EpisodePlan | None:
+        """Returns the plan to write, None to skip it; raises for invalid data in raise mode.
 
         `plan` is an `UnreadableEpisode` when the episode could not be decoded.
         """
-        problems = self._checker.find_problems(
-            index, plan if isinstance(plan, validation.UnreadableEpisode) else plan.summary
+        summary: validation.EpisodeSummary | validation.UnreadableEpisode = (
+            plan if isinstance(plan, validation.UnreadableEpisode) else plan.summary
         )
-        if problems:
+        problems = self._checker.find_problems(index, summary)
+        # An unreadable episode has a problem.
+        if problems or isinstance(plan, validation.UnreadableEpisode):
             if self.options.on_invalid is types.ValidationMode.SKIP:
                 self.stats.skipped_episodes += 1
-                return False
-            error = InvalidEpisodeError(index, problems)
-            error.add_note(f'{self.stats.episodes} episode(s) before it were fully written.')
-            error.episodes_written = self.stats.episodes
-            raise error
+                return None
+            raise InvalidEpisodeError(index, problems, episodes_written=self.stats.episodes)
         reason = self.options.item.describe_length_problem(plan.length)
         if reason:
             raise EpisodeTooLongError(
@@ -312,7 +183,7 @@ class EpisodeLoop:
                 episodes_written=self.stats.episodes,
                 items_written=self.items_written,
             )
-        return True
+        return plan
 
     def _check_room(self, index: int, count: int) -> None:
         written = self.items_written
@@ -371,19 +242,25 @@ class EpisodeLoop:
             )
         return self._engine
 
-    def _write(self, plan: EpisodePlan, held: int) -> int:
+    def _write(self, index: int, plan: EpisodePlan, held: int) -> None:
+        """Writes the episode (its items the table lacks, when it holds `held`); counts it."""
+        self._check_room(index, plan.num_items - held)
+        engine = None
         if not held:
-            return self._engine.write_episode(plan)
-        return write_remaining_items(
-            self.client,
-            self.table_names[0],
-            plan,
-            held,
-            item=self.options.item,
-            priority=self.options.constant_priority,
-            timeout_ms=self.options.timeout_ms,
-            max_in_flight_items=self.options.max_in_flight_items,
-        )
+            engine = self._engine or self._open_engine(len(tree.flatten(plan.rows)))
+        try:
+            if engine is None:
+                table = self.table_names[0]
+                count = write_remaining_items(self.client, table, plan, held, options=self.options)
+            else:
+                count = engine.write_episode(plan)
+        except _WRITE_ERRORS as e:
+            raise self._fail(index, e) from e
+        self._add_items(count)
+        self.stats.episodes += 1
+        self.stats.steps += plan.length
+        if self._progress is not None:
+            self._progress(1, plan.length)
 
     def _add_items(self, count: int) -> None:
         for table in self.table_names:
@@ -419,15 +296,14 @@ class EpisodeLoop:
         try:
             checkpoints.checkpoint_server(self.client)
         except (CheckpointError, ReverbConnectionError) as e:
-            error = PushError(
+            raise PushError(
                 f'{e} [episodes 0..{next_index - 1} of the dataset are fully written; those '
                 'after the latest checkpoint are lost if the server restarts from it; run the '
                 'resumable push again to continue.]',
                 episodes_written=next_index,
                 items_written=sum(self.stats.items.values()),
-            )
-            error.counts_from_dataset_start = True  # Not restated by `run`.
-            raise error from e
+                counts_from_dataset_start=True,  # Not restated by `run`.
+            ) from e
 
     def _restated(self, error: PushError) -> PushError:
         """Returns `error` restated with counts from episode 0 of the dataset."""
@@ -439,6 +315,7 @@ class EpisodeLoop:
             f'again to continue from episode {written}.]',
             episodes_written=written,
             items_written=sum(self.stats.items.values()),
+            counts_from_dataset_start=True,
         )
 
     def run(
@@ -469,7 +346,7 @@ class EpisodeLoop:
                 self._open_engine(num_columns)
             self._run(indexed_plans)
         except PushError as e:
-            if not self._restate or getattr(e, 'counts_from_dataset_start', False):
+            if not self._restate or e.counts_from_dataset_start:
                 raise
             raise self._restated(e) from e
         finally:
@@ -478,20 +355,10 @@ class EpisodeLoop:
 
     def _run(self, indexed_plans) -> None:
         held, index = self.start.items, self.start.episode - 1
-        for index, plan in indexed_plans:
-            if self._check_episode(index, plan):
-                self._check_room(index, plan.num_items - held)
-                if not held and self._engine is None:
-                    self._open_engine(len(tree.flatten(plan.rows)))
-                try:
-                    count = self._write(plan, held)
-                except _WRITE_ERRORS as e:
-                    raise self._fail(index, e) from e
-                self._add_items(count)
-                self.stats.episodes += 1
-                self.stats.steps += plan.length
-                if self._progress is not None:
-                    self._progress(1, plan.length)
+        for index, element in indexed_plans:
+            plan = self._check_episode(index, element)
+            if plan is not None:
+                self._write(index, plan, held)
             held = 0
             self._episode_done(index + 1)
         self._finish_engine(index + 1)
@@ -500,21 +367,6 @@ class EpisodeLoop:
 
 
 # --- A push from a dataset -------------------------------------------------------------------
-
-
-def count_resume_point(
-    episodes: tf.data.Dataset, inserted: int, item: items_lib.ItemKind
-) -> tuple[ResumePoint, int]:
-    """Returns where a table with `inserted` items of this push resumes, and the episodes.
-
-    Reads the whole dataset once to count each episode's items (0 for an invalid one).
-
-    Raises:
-      ValueError: For items that cross episodes (they have no per-episode count).
-      ResumeError: If the table holds more items than the dataset gives.
-    """
-    counts = plans_lib.count_items_per_episode(episodes, item)
-    return find_resume_point(inserted, counts), len(counts)
 
 
 def push_episodes(

@@ -51,7 +51,7 @@ def _wait(client: reverb.Client, wait) -> None:
     engines.wait_on_server(wait, address=client.server_address, timeout_ms=None)
 
 
-def _end_and_release(client: reverb.Client, writer, release: Callable[[Any], None]) -> None:
+def _end_and_release(client: reverb.Client, writer, release: Callable[[Any], object]) -> None:
     """Ends the episode on an observer's `writer` (if it has one), then `release`s it.
 
     The writer is released also when the server stops answering (the error is raised after).
@@ -66,9 +66,9 @@ def _end_and_release(client: reverb.Client, writer, release: Callable[[Any], Non
 
 def _fetch_signature(client: reverb.Client, table: str):
     """Returns `table`'s signature; a dead server is named (`table_info.fetch_server_info`)."""
-    return table_info.fetch_server_info(client, timeout_ms=timeouts.OBSERVER_SERVER_INFO_MS)[
-        table
-    ].signature
+    infos = table_info.fetch_server_info(client, timeout_ms=timeouts.OBSERVER_SERVER_INFO_MS)
+    info: Any = infos[table]  # A `reverb.TableInfo`.
+    return info.signature
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,9 +154,9 @@ class ReverbAddTrajectoryObserver:
         self._pad_end_of_episodes = pad_end_of_episodes
         self._tile_end_of_episodes = tile_end_of_episodes
         self._keep_tails = keep_tails
-        self._writer = None
+        self._writer: sw.StructuredWriter | None = None
         self._cached_steps = 0
-        self._last_trajectory = None
+        self._last_trajectory: trajectory_lib.Trajectory | None = None
 
     @property
     def py_client(self) -> reverb.Client:
@@ -233,8 +233,7 @@ class ReverbAddTrajectoryObserver:
         if trajectory.is_boundary():
             self.reset(write_cached_steps=self._pad_end_of_episodes)
 
-    def _append_padding(self) -> None:
-        last = self._last_trajectory
+    def _append_padding(self, writer: sw.StructuredWriter, last: trajectory_lib.Trajectory) -> None:
         zero = trajectory_lib.boundary(
             *(
                 tf.nest.map_structure(tf.zeros_like, field)
@@ -252,7 +251,7 @@ class ReverbAddTrajectoryObserver:
         else:
             count = max(0, self._sequence_length - self._cached_steps)
         for _ in range(count):
-            self._writer.append(zero)
+            writer.append(zero)
 
     def flush(self) -> None:
         """Blocks until every item written so far is confirmed by the server.
@@ -270,14 +269,10 @@ class ReverbAddTrajectoryObserver:
         Raises:
           ReverbConnectionError: If the server stops answering before it confirms the items.
         """
-        if self._writer is not None:
-            if (
-                write_cached_steps
-                and self._pad_end_of_episodes
-                and self._last_trajectory is not None
-            ):
-                self._append_padding()
-            writer = self._writer
+        writer, last = self._writer, self._last_trajectory
+        if writer is not None:
+            if write_cached_steps and self._pad_end_of_episodes and last is not None:
+                self._append_padding(writer, last)
             _wait(self._py_client, lambda ms: writer.end_episode(timeout_ms=ms))
         self._cached_steps = 0
         self._last_trajectory = None

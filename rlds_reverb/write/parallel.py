@@ -7,7 +7,7 @@ already sliced or not a TFDS dataset), and each part is pushed by its own proces
 (`rlds_reverb.write.loop.push_episodes`) with the same `PushOptions`. Each episode lands in
 the table once; the order of items between parts is not fixed, so options that number or
 order the episodes of one stream (`add_ids`, `resume`, `checkpoint_every`, items that cross
-episodes) need one writer.
+episodes) need one writer (`rlds_reverb.write.options.check_writers`).
 """
 
 from __future__ import annotations
@@ -15,10 +15,12 @@ from __future__ import annotations
 import dataclasses
 import multiprocessing
 from multiprocessing import connection
+from typing import cast
 
 from rlds_reverb.core import checks, compat, errors
 from rlds_reverb.read import loading
 from rlds_reverb.write import loop
+from rlds_reverb.write import options as options_lib
 from rlds_reverb.write.options import PushOptions
 
 __all__ = [
@@ -66,28 +68,12 @@ def check_parallel_options(options: PushOptions, workers: int) -> int:
 
     Raises:
       ValueError: If `workers` is not an integer >= 1, or with more than one worker, the
-        options need one writer (items across episodes, `add_ids`, `resume`,
-        `checkpoint_every`).
+        options need one writer (`options.check_writers`: items across episodes, `add_ids`,
+        `resume`, `checkpoint_every`).
     """
     workers = checks.check_int_at_least(workers, 1, argument='workers')
-    if workers == 1:
-        return workers
-    if options.item.crosses_episodes:
-        raise ValueError(f'{options.item} items cross episodes; use workers=1 with them.')
-    one_writer = [
-        name
-        for name, needs_one in (
-            ('add_ids', options.add_ids),
-            ('resume', options.resume),
-            ('checkpoint_every', options.checkpoint_every is not None),
-        )
-        if needs_one
-    ]
-    if one_writer:
-        raise ValueError(
-            f'{", ".join(one_writer)} need(s) one writer (the episodes of one dataset in '
-            'order); use workers=1.'
-        )
+    if workers > 1:
+        options_lib.check_writers(options, options_lib.Writers.PROCESSES)
     return workers
 
 
@@ -145,11 +131,12 @@ def push_in_parallel(
         processes.append(process)
     total, failures = loop.PushStats(items={table: 0}), []
     while readers:
-        for reader in connection.wait(list(readers)):
+        for ready in connection.wait(list(readers)):
+            pipe = cast(connection.Connection, ready)
             try:
-                kind, first, second = reader.recv()
+                kind, first, second = pipe.recv()
             except EOFError:
-                kind, second = 'failed', f'worker {readers[reader]} exited without a result'
+                kind, second = 'failed', f'worker {readers[pipe]} exited without a result'
             if kind == 'progress':
                 if progress is not None:
                     progress(first, second)
@@ -158,8 +145,8 @@ def push_in_parallel(
                 total = total.merge(first)
             else:
                 failures.append(second)
-            del readers[reader]
-            reader.close()
+            del readers[pipe]
+            pipe.close()
     for process in processes:
         process.join()
     compat.stop_resource_tracker()  # Spawning started it: leave no process behind.

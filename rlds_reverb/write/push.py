@@ -12,7 +12,7 @@ and the loop is the one every write runs (`rlds_reverb.write.loop`).
 from __future__ import annotations
 
 import warnings
-from collections.abc import Sequence
+from typing import Any
 
 import reverb
 import tensorflow as tf
@@ -22,8 +22,7 @@ from rlds_reverb.core.errors import SpecMismatchError
 from rlds_reverb.core.specs import PolicyInfoFn
 from rlds_reverb.transform import convert
 from rlds_reverb.transform import items as items_lib
-from rlds_reverb.transform.plans import PriorityFn
-from rlds_reverb.write import engines, loop, observers
+from rlds_reverb.write import loop, observers
 from rlds_reverb.write import options as options_lib
 from rlds_reverb.write.loop import ProgressFn, PushStats
 from rlds_reverb.write.options import (
@@ -48,18 +47,9 @@ def push(
     server: str | reverb.Client,
     table: str | list[str],
     *,
-    item: items_lib.ItemKind | None = None,
-    priority: float | PriorityFn = 1.0,
-    on_invalid: types.ValidationMode | str = types.ValidationMode.RAISE,
-    policy_info_fn: PolicyInfoFn = None,
-    timeout_ms: int = DEFAULT_TIMEOUT_MS,
-    max_in_flight_items: int = DEFAULT_MAX_IN_FLIGHT_ITEMS,
-    allow_eviction: bool = False,
-    engine: engines.EngineKind | str = engines.EngineKind.AUTO,
-    progress: ProgressFn | None = None,
-    episode_fields: Sequence[str] = (),
-    add_ids: bool = False,
     options: PushOptions | None = None,
+    progress: ProgressFn | None = None,
+    **overrides: Any,
 ) -> PushStats:
     """Validates RLDS episodes and writes them into Reverb table(s) as items, fast.
 
@@ -67,37 +57,18 @@ def push(
       episodes: An RLDS dataset (see `rlds_reverb.core.types`).
       server: A 'host:port' address or a `reverb.Client`.
       table: The table name, or several names (each gets every item).
-      item: The item kind (`rlds_reverb.items`); default `items.TwoStep()`.
-      priority: A constant >= 0, or `fn(item_batch) -> [N]` computed per episode on the
-        batch of its items (`[N, span, ...]` leaves; `[N, ...]` for n-step items).
-      on_invalid: `'raise'` (InvalidEpisodeError naming all of the episode's problems) or
-        `'skip'` (drop invalid episodes whole; counted in `skipped_episodes`).
-      policy_info_fn: Optional `fn(current_step, next_step)` (two-step items).
-      timeout_ms: The most any wait on a live server may take (server info, flush, end
-        episode). A dead server is named sooner: nothing listening at once, a host that
-        does not answer within `table_info.CONNECT_TIMEOUT_MS`, and a server that dies
-        mid-push within about a second (`engines.wait_on_server`).
-      max_in_flight_items: The most items pending on the server; the writer waits for
-        confirmations before more would be.
-      allow_eviction: Whether the push may make the table remove items (default: error).
-      engine: Which Reverb writer (`engines.EngineKind`); `'auto'` picks the fastest that
-        can create the items. Both write the same items.
+      options: The write options as one value: `PushOptions` (item kind, priority,
+        `on_invalid`, timeouts, episode fields and ids, resuming, checkpoints), where every
+        option is described.
       progress: Optional `fn(episodes, steps)` called after each episode is written.
-      episode_fields: Episode-level fields (episode metadata, outside `steps`) to copy into
-        every item of their episode. By default none is: items hold step fields only.
-      add_ids: Also give every item the `episode_id` (int64, the episode's position in
-        `episodes`) and `step_index` (int64) of its steps, which `rlds_reverb.export`
-        needs to rebuild episodes from sequence tables, and from two-step tables that
-        several writers filled at once (one writer's two-step items export without
-        ids, from their insertion order). Like other extra
-        step fields, carried fields go into `policy_info` of two-step items.
-      options: All of the write options above as one `PushOptions` (also `resume` and
-        `checkpoint_every`); then pass none of them as keywords.
+      **overrides: Options of `PushOptions` by name, without `options`
+        (`item=items.NStep(3, 0.99), on_invalid='skip'`).
 
     Returns:
       `PushStats`; `items[table]` is exactly the number of items the table gained.
 
     Raises:
+      TypeError: If a keyword is not an option of `PushOptions` (lists those that are).
       ValueError: If an option is invalid (or given both in `options` and as a keyword), or
         the dataset holds no RLDS steps, or an `episode_fields` name is not an episode-level
         field (or is already a step field).
@@ -115,19 +86,7 @@ def push(
       >>> stats = rlds_reverb.push(episodes, 'localhost:8000', 'replay',
       ...                          item=items.NStep(3, 0.99), on_invalid='skip')
     """
-    options = options_lib.merge_options(
-        options,
-        item=item,
-        priority=priority,
-        on_invalid=on_invalid,
-        policy_info_fn=policy_info_fn,
-        timeout_ms=timeout_ms,
-        max_in_flight_items=max_in_flight_items,
-        allow_eviction=allow_eviction,
-        engine=engine,
-        episode_fields=episode_fields,
-        add_ids=add_ids,
-    )
+    options = options_lib.merge_options(options, **overrides)
     table_names = [table] if isinstance(table, str) else list(table)
     return loop.push_episodes(episodes, server, table_names, options, progress=progress)
 
@@ -139,23 +98,22 @@ _TF_AGENTS_SIGNATURE_MESSAGE = 'Replay buffer table signature spec should match 
 def _describe_signature_mismatch(signature, expected) -> SpecMismatchError:
     """Returns the error for a table signature that matches neither accepted spec.
 
-    `str(error)` is TF-Agents' sentence; the leaf-by-leaf diff (or, for a table without a
-    signature, what to do) is a note and `error.differences`.
+    `str(error)` is TF-Agents' sentence (`specs.use_tf_agents_messages` words it so); the
+    leaf-by-leaf diff (or, for a table without a signature, what to do) is a note and
+    `error.differences`.
     """
-    error = SpecMismatchError(_TF_AGENTS_SIGNATURE_MESSAGE)
     if signature is None:
-        error.add_note(
+        return SpecMismatchError(
             "The observer's table has no signature; push_rlds_to_reverb needs one, as "
             "TF-Agents' does: create the table with signature="
-            'tables.signature_for(items.TwoStep(), episodes), or call rlds_reverb.push.'
+            'tables.signature_for(items.TwoStep(), episodes), or call rlds_reverb.push.',
+            tf_agents_message=_TF_AGENTS_SIGNATURE_MESSAGE,
         )
-        return error
-    error.differences = specs.diff_specs(signature, expected)
-    error.add_note(
-        'Specs differ (table signature vs data):\n'
-        + '\n'.join(f'  {line}' for line in error.differences)
+    return SpecMismatchError(
+        'Specs differ (table signature vs data):',
+        specs.diff_specs(signature, expected),
+        tf_agents_message=_TF_AGENTS_SIGNATURE_MESSAGE,
     )
-    return error
 
 
 def _choose_policy_info_fn(
@@ -238,9 +196,10 @@ def push_rlds_to_reverb(
       >>> steps = rlds_reverb.push_rlds_to_reverb(episodes, observer)
     """
     extra_fields = types.as_enum(types.ExtraFields, extra_fields, argument='extra_fields')
-    policy_info_fn = _choose_policy_info_fn(
-        reverb_observer.get_table_signature(), rlds_data, policy_info_fn, extra_fields
-    )
+    with specs.use_tf_agents_messages():
+        policy_info_fn = _choose_policy_info_fn(
+            reverb_observer.get_table_signature(), rlds_data, policy_info_fn, extra_fields
+        )
     fast = observers.describe_two_step_writes(reverb_observer)
     if fast is not None:
         stats = push(

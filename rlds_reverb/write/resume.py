@@ -21,24 +21,24 @@ after a crash and a restart from the latest checkpoint, the same with `--resume`
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import reverb
 import tensorflow as tf
 
 from rlds_reverb.core import errors, timeouts
 from rlds_reverb.serve import table_info
-from rlds_reverb.transform import items
 from rlds_reverb.transform.plans import count_items_per_episode
 from rlds_reverb.write import loop
 from rlds_reverb.write import options as options_lib
-from rlds_reverb.write.loop import (
+from rlds_reverb.write.options import PushOptions
+from rlds_reverb.write.resume_points import (
     ResumePoint,
     drop_first_items,
     find_resume_point,
     order_items,
     write_remaining_items,
 )
-from rlds_reverb.write.options import PushOptions
 
 __all__ = [
     'ResumeError',
@@ -81,12 +81,10 @@ def push_resumable(
     server: str | reverb.Client,
     table: str,
     *,
-    item: items.ItemKind | None = None,
-    checkpoint_every: int | None = None,
     start_episode: int | ResumePoint | None = None,
     progress: loop.ProgressFn | None = None,
     options: PushOptions | None = None,
-    **push_options,
+    **overrides: Any,
 ) -> loop.PushStats:
     """Pushes `episodes` from the first one the table lacks, checkpointing at boundaries.
 
@@ -94,28 +92,30 @@ def push_resumable(
       episodes: An RLDS dataset (see `rlds_reverb.core.types`).
       server: A 'host:port' address or a `reverb.Client`.
       table: The table name; this push must be its only writer.
-      item: The item kind; default `items.TwoStep()`.
-      checkpoint_every: Checkpoint the server after every this many episodes (None: never).
       start_episode: The first episode to push, or a `ResumePoint` (the rest of a partly
         written episode first); None finds the point from the table's insert count, so a
         table holding part of an episode resumes exactly at its next item.
       progress: Optional `fn(episodes, steps)` called after each episode is written.
-      options: The write options as one `PushOptions` (then pass no other option).
-      **push_options: The other options of `rlds_reverb.push` (`on_invalid`, `timeout_ms`...).
+      options: The write options (`PushOptions`: the item kind, `checkpoint_every` to
+        checkpoint the server after every that many episodes, ...).
+      **overrides: Options of `PushOptions` by name, without `options`
+        (`item=items.NStep(3, 0.99), checkpoint_every=100`).
 
     Returns:
       The stats of what this call wrote (episodes counted from `start_episode`).
 
     Raises:
+      TypeError: If a keyword is not an option of `PushOptions`.
       ValueError: If an option is invalid.
       ResumeError: If the table holds more items than the dataset gives.
       ReverbConnectionError: If nothing answers at the server's address at the start.
       PushError: If writing fails, also when the server dies part way; `episodes_written`
         counts from episode 0 of the dataset.
+
+    Example:
+      >>> push_resumable(load(path), 'localhost:8000', 'replay', checkpoint_every=100)
     """
-    options = options_lib.merge_options(
-        options, item=item, checkpoint_every=checkpoint_every, **push_options
-    )
+    options = options_lib.merge_options(options, **overrides)
     if isinstance(start_episode, int):
         start_episode = ResumePoint(start_episode)
     if start_episode is None and not options.resume:

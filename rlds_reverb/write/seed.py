@@ -12,15 +12,18 @@ import dataclasses
 import enum
 import os
 import time
+from typing import Any
 
 import reverb
 import tensorflow as tf
 
+from rlds_reverb.core import types
 from rlds_reverb.core.errors import TableError
 from rlds_reverb.serve import checkpoints, server, table_info, tables
-from rlds_reverb.transform import items as items_lib
 from rlds_reverb.transform import plans
+from rlds_reverb.write import options as options_lib
 from rlds_reverb.write import push as push_lib
+from rlds_reverb.write.options import PushOptions
 
 __all__ = [
     'SeedOutcome',
@@ -59,14 +62,13 @@ def seed_server(
     *,
     table: str = 'replay',
     preset: tables.TablePreset | str = tables.TablePreset.UNIFORM,
-    item: items_lib.ItemKind | None = None,
     port: int | None = None,
     checkpoint_dir: os.PathLike | str | None = None,
     max_size: int | None = None,
     priority_exponent: float = 0.6,
-    priority: float | plans.PriorityFn = 1.0,
-    on_invalid: str = 'raise',
     progress: push_lib.ProgressFn | None = None,
+    options: PushOptions | None = None,
+    **overrides: Any,
 ) -> SeedResult:
     """Starts a server with one preset table, seeded from `episodes` or restored.
 
@@ -74,15 +76,17 @@ def seed_server(
       episodes: An RLDS dataset (see `rlds_reverb.core.types`).
       table: The table name.
       preset: `'uniform'`, `'prioritized'` or `'fifo'` (`tables.TablePreset`).
-      item: The item kind; default `items.TwoStep()`.
       port: The port; None picks a free one.
       checkpoint_dir: Where checkpoints live. If it holds one, the server restores it and
         nothing is pushed; else the push is followed by a checkpoint there.
       max_size: The table size; default exactly the number of items of the dataset.
       priority_exponent: For the prioritized preset.
-      priority: Item priorities, as for `push`.
-      on_invalid: `'raise'` or `'skip'`, as for `push`.
       progress: Optional `fn(episodes, steps)`, as for `push`.
+      options: The write options of the push (`PushOptions`: item kind, priority,
+        `on_invalid`...); the table's signature follows them. Not `resume` or
+        `checkpoint_every`: the server is new, and checkpointed once, after the push.
+      **overrides: Options of `PushOptions` by name, without `options`
+        (`item=items.NStep(3, 0.99)`).
 
     Returns:
       A `SeedResult` with the running server and whether it was pushed or restored. If
@@ -90,6 +94,8 @@ def seed_server(
 
     Raises:
       TableError: If a restored checkpoint lacks `table`, or an argument is out of range.
+      TypeError: If a keyword is not an option of `PushOptions`.
+      ValueError: If an option is invalid, or `resume` or `checkpoint_every` is given.
       Exception: Anything `push` raises, unchanged.
 
     Example:
@@ -97,12 +103,18 @@ def seed_server(
       >>> print(result.outcome.value, result.items)
     """
     started = time.perf_counter()
-    item = items_lib.TwoStep() if item is None else item
+    options = options_lib.merge_options(options, **overrides)
+    if options.resume or options.checkpoint_every is not None:
+        raise ValueError(
+            'seed_server pushes into a new server and checkpoints it once, after the push '
+            '(a restart restores that checkpoint): resume and checkpoint_every are for '
+            'push_resumable into a running server.'
+        )
     restoring = checkpoint_dir is not None and checkpoints.find_latest_checkpoint(checkpoint_dir)
     # A restored table takes its size and signature from the checkpoint.
-    signature = None if restoring else tables.signature_for(item, episodes)
+    signature = None if restoring else _make_signature(episodes, options)
     if max_size is None:
-        max_size = 1 if restoring else max(1, plans.count_items(episodes, item))
+        max_size = 1 if restoring else max(1, plans.count_items(episodes, options.item))
     reverb_table = tables.make_table(
         preset, table, signature=signature, max_size=max_size, priority_exponent=priority_exponent
     )
@@ -116,24 +128,17 @@ def seed_server(
     try:  # Until the result is handed over, an error stops the server.
         client = reverb.Client(f'localhost:{running.port}')
         if restoring:
-            info = table_info.fetch_server_info(client, timeout_ms=push_lib.DEFAULT_TIMEOUT_MS)
+            info = table_info.fetch_server_info(client, timeout_ms=options.timeout_ms)
+            restored: Any = info[table]  # A `reverb.TableInfo`.
             return SeedResult(
                 running,
                 SeedOutcome.RESTORED,
                 table,
-                info[table].current_size,
+                restored.current_size,
                 time.perf_counter() - started,
                 str(restoring),
             )
-        stats = push_lib.push(
-            episodes,
-            client,
-            table,
-            item=item,
-            priority=priority,
-            on_invalid=on_invalid,
-            progress=progress,
-        )
+        stats = push_lib.push(episodes, client, table, options=options, progress=progress)
         path = checkpoints.checkpoint_server(client) if checkpoint_dir is not None else None
     except BaseException:  # An invalid episode, Ctrl-C: the server must not stay behind.
         running.stop()
@@ -146,4 +151,15 @@ def seed_server(
         time.perf_counter() - started,
         path,
         stats,
+    )
+
+
+def _make_signature(episodes: tf.data.Dataset, options: PushOptions) -> types.SpecNest:
+    """Returns the table signature of the items `options` push from `episodes`."""
+    return tables.signature_for(
+        options.item,
+        episodes,
+        policy_info_fn=options.policy_info_fn,
+        episode_fields=options.episode_fields,
+        add_ids=options.add_ids,
     )

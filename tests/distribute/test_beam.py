@@ -34,6 +34,7 @@ from rlds_reverb.write import push as push_lib
 from tests import builders, reverb_tables
 
 pipeline = pytest.importorskip('rlds_reverb.distribute.pipeline')  # The `beam` extra.
+counting = pytest.importorskip('rlds_reverb.distribute.counting')
 
 _TABLE = 'replay'
 _LENGTHS = [12, 30, 7, 25, 18, 3, 40, 10, 22]
@@ -392,7 +393,7 @@ def test_item_counts_from_lengths_equal_the_decoded_counts(dataset_dir, tmp_path
     episodes = load(dataset_dir)
     one_step = builders.write_tfds(tmp_path, [_indexed_episode(0, 1)], name='one')
     lengths = np.array([*_LENGTHS, 1], dtype=np.int64)
-    counted = pipeline._count_items_by_length(kind, lengths, specs.get_step_spec(episodes))
+    counted = counting.count_items_by_length(kind, lengths, specs.get_step_spec(episodes))
     decoded = count_items_per_episode(episodes, kind).tolist()
     decoded += count_items_per_episode(load(one_step), kind).tolist()
     assert counted.tolist() == decoded

@@ -24,7 +24,7 @@ from rlds_reverb.read.loading import load
 from rlds_reverb.serve import tables
 from rlds_reverb.storage import tfds_writer
 from rlds_reverb.transform import items
-from rlds_reverb.write import loop, parallel, resume
+from rlds_reverb.write import parallel, resume, resume_points
 from rlds_reverb.write import push as push_lib
 from rlds_reverb.write.options import PushOptions, merge_options
 from tests import builders, reverb_tables, users_data
@@ -324,7 +324,7 @@ def test_errors_moved_to_core_stay_importable_where_they_were():
 
     assert resume.ResumeError is errors.ResumeError
     assert pipeline.DistributedPushError is errors.DistributedPushError
-    assert resume.find_resume_point is loop.find_resume_point
+    assert resume.find_resume_point is resume_points.find_resume_point
 
 
 def test_a_resumable_push_into_a_table_too_small_keeps_the_error_type(reverb_client):
