@@ -214,6 +214,9 @@ class ReverbAddTrajectoryObserver:
 
     def _get_writer(self, trajectory) -> sw.StructuredWriter:
         if self._writer is None:
+            # Reverb can crash the process (a segfault) when a writer is created for a server
+            # that stopped; a dead server is named here instead.
+            table_info.probe_server(self._py_client.server_address)
             window_configs = configs.make_window_configs(
                 tree.map_structure(lambda _: None, trajectory),
                 self._table_names,
@@ -226,7 +229,12 @@ class ReverbAddTrajectoryObserver:
         return self._writer
 
     def __call__(self, trajectory: trajectory_lib.Trajectory) -> None:
-        """Appends one (unbatched) trajectory step; items are created by the writer."""
+        """Appends one (unbatched) trajectory step; items are created by the writer.
+
+        Raises:
+          ReverbConnectionError: If nothing answers at the server's address when the first
+            step makes the writer.
+        """
         self._get_writer(trajectory).append(trajectory)
         self._last_trajectory = trajectory
         self._cached_steps += 1

@@ -231,9 +231,10 @@ def test_an_observer_whose_server_died_names_it_on_close(source, kind):
     else:  # Its items are created when the episode ends (`reset`); `close` drops the cache.
         observer = observers.ReverbAddEpisodeObserver(client, _TABLE, 100)
         waits = [observer.reset, observer.close]
-    trajectories = convert.convert_rlds_to_trajectories(episodes).take(4)
+    trajectories = list(convert.convert_rlds_to_trajectories(episodes).take(4).as_numpy_iterator())
+    observer(trajectories[0])  # The writer is made while the server lives.
     server.stop()
-    for trajectory in trajectories.as_numpy_iterator():
+    for trajectory in trajectories[1:]:
         observer(trajectory)  # Items the dead server never confirms.
     for wait in waits:
         started = time.monotonic()
@@ -241,3 +242,20 @@ def test_an_observer_whose_server_died_names_it_on_close(source, kind):
             wait()
         assert time.monotonic() - started < _NAMED_WITHIN_S
     observer.close()  # Released: closing again does nothing.
+
+
+def test_an_observer_whose_server_died_before_its_first_step_names_it(source):
+    # Creating Reverb's writer for a stopped in-process server could crash the process; the
+    # observer names the dead server at the first step instead.
+    episodes = load(source)
+    signature = tables.signature_for(items.TwoStep(), episodes)
+    server = reverb.Server([tables.uniform(_TABLE, max_size=100, signature=signature)])
+    client = reverb.Client(f'localhost:{server.port}')
+    observer = observers.ReverbAddTrajectoryObserver(client, _TABLE, 2)
+    trajectory = next(convert.convert_rlds_to_trajectories(episodes).as_numpy_iterator())
+    server.stop()
+    started = time.monotonic()
+    with pytest.raises(errors.ReverbConnectionError, match=client.server_address):
+        observer(trajectory)
+    assert time.monotonic() - started < _NAMED_WITHIN_S
+    observer.close()
