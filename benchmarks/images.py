@@ -325,13 +325,14 @@ def _read_steps(directory: pathlib.Path, cameras, *, encoded: bool) -> tf.data.D
 def _dataset_facts(directory: pathlib.Path, cameras) -> dict:
     """Steps, episodes, the encoded frames (in memory) and their mean sizes."""
     frames: dict[str, list] = {name: [] for name in cameras}
-    episodes = 0
+    lengths = []
     for steps in _read_steps(directory, cameras, encoded=True).as_numpy_iterator():
-        episodes += 1
+        lengths.append(len(steps[types.IS_FIRST]))
         for name in cameras:
             frames[name].extend(steps[types.OBSERVATION][name])
     return {
-        'episodes': episodes,
+        'episodes': len(lengths),
+        'lengths': lengths,  # In the order TFDS reads them (`train[:k]` is a prefix).
         'steps': len(frames[next(iter(cameras))]),
         'frames': {name: np.array(f, dtype=object) for name, f in frames.items()},
         'jpeg_bytes': {name: float(np.mean([len(x) for x in f])) for name, f in frames.items()},
@@ -359,13 +360,24 @@ def _step_rows(steps: dict, *, encoded: bool) -> tuple[list[np.ndarray], list[np
     return columns, [c[0] for c in columns]
 
 
-def _window_configs(num_columns: int, length: int, table: str) -> list:
-    """StructuredWriter configs: every row from the `length`-th on ends an item of the last
-    `length` rows (Reverb's C++ creates the items)."""
-    pattern = sw.pattern_from_transform(
-        [None] * num_columns, lambda ref: tree.map_structure(lambda x: x[-length:], ref)
+def _last_rows(num_columns: int, rows: int):
+    return sw.pattern_from_transform(
+        [None] * num_columns, lambda ref: tree.map_structure(lambda x: x[-rows:], ref)
     )
-    return [sw.create_config(pattern, table, conditions=[sw.Condition.step_index() >= length - 1])]
+
+
+def _window_configs(num_columns: int, length: int, table: str, *, room: int = 0) -> list:
+    """StructuredWriter configs: every row from the `length`-th on ends an item of the last
+    `length` rows (Reverb's C++ creates the items). With `room`, a config that never
+    applies makes every column keep `room` rows, so that Reverb's auto-tuned chunker may
+    grow chunks that long (our push does the same with 32 rows)."""
+    index = sw.Condition.step_index()
+    window = _last_rows(num_columns, length)
+    configs = [sw.create_config(window, table, conditions=[index >= length - 1])]
+    if room > length:
+        never = index == 2**31 - 1
+        configs.append(sw.create_config(_last_rows(num_columns, room), table, conditions=[never]))
+    return configs
 
 
 def _write_rows(writer, episodes: list[list[np.ndarray]]) -> int:
@@ -382,10 +394,11 @@ def _write_rows(writer, episodes: list[list[np.ndarray]]) -> int:
 # ------------------------------------------------------------------------------ limits
 
 
-def measure_decode(frames: dict[str, np.ndarray]) -> tuple[float, float]:
-    """JPEG decode alone of in-memory frames, parallel map, batches of 256: (steps/s, s)."""
+def measure_decode(frames: dict[str, tf.Tensor]) -> tuple[float, float]:
+    """JPEG decode alone of in-memory frames (string tensors), parallel map, batches of 256:
+    (steps/s, seconds), timed from building the pipeline to its last batch."""
     started = time.perf_counter()
-    data = tf.data.Dataset.from_tensor_slices({k: tf.constant(list(v)) for k, v in frames.items()})
+    data = tf.data.Dataset.from_tensor_slices(frames)
     decoded = data.map(
         lambda step: {k: tf.io.decode_jpeg(v, channels=3) for k, v in step.items()},
         num_parallel_calls=tf.data.AUTOTUNE,
@@ -432,11 +445,15 @@ def push_ours(directory: pathlib.Path, signature, steps: int) -> Push:
         return Push(steps, server.size(), seconds, server.rss_bytes() - server.rss_start)
 
 
-def push_tf_agents(directory: pathlib.Path, signature, steps: int) -> Push:
-    """TF-Agents' push as its own test sets it up (observer: two-step, stride 1)."""
+def push_tf_agents(directory: pathlib.Path, signature, steps: int, *, episodes: int) -> Push:
+    """TF-Agents' push as its own test sets it up (observer: two-step, stride 1), of the
+    first `episodes` episodes only: it stores every step twice (its items are two rows of
+    two-step trajectories) and uncompressed, about 0.5 MB a step here."""
     with ServerProcess([(_TABLE, signature)]) as server:
         started = time.perf_counter()
-        data = disk._tfds_dataset(directory)
+        data = tfds.builder_from_directory(os.fspath(directory)).as_dataset(
+            split=f'train[:{episodes}]'
+        )
         observer = reverb_utils.ReverbAddTrajectoryObserver(
             reverb.Client(server.address), _TABLE, sequence_length=2, stride_length=1
         )
@@ -447,7 +464,7 @@ def push_tf_agents(directory: pathlib.Path, signature, steps: int) -> Push:
 
 
 def push_encoded(
-    directory: pathlib.Path, cameras, steps: int, *, length: int = 2, server=None
+    directory: pathlib.Path, cameras, steps: int, *, length: int = 2, room: int = 0, server=None
 ) -> Push:
     """The prototype: JPEG bytes read with SkipDecoding and written as tf.string columns
     by a StructuredWriter (items of `length` rows); into a fresh server process unless
@@ -462,7 +479,7 @@ def push_encoded(
         for steps_np in episodes.as_numpy_iterator():
             columns, _ = _step_rows(steps_np, encoded=True)
             if writer is None:
-                configs = _window_configs(len(columns), length, table)
+                configs = _window_configs(len(columns), length, table, room=room)
                 writer = reverb.Client(address).structured_writer(configs)
             rows += _write_rows(writer, [columns])
         seconds = time.perf_counter() - started  # Each end_episode waited for its items.
@@ -476,6 +493,10 @@ def push_encoded(
 
 
 _ENCODED_TABLE = 'encoded'
+# Rows every column of the prototype's writer keeps, so that Reverb's auto-tuned chunker
+# may group small columns into long chunks (as our push): 21.4 KB a stored step instead
+# of 25.0 for 16.6 KB of JPEG (fractal_like, two-step items).
+_CHUNK_ROOM_ROWS = 32
 
 
 # ------------------------------------------------------------------------------ sampling
@@ -563,9 +584,14 @@ def make_sampling_sides(server: reverb.Server, signature, encoded: dict) -> dict
             max_in_flight_samples_per_worker=2 * _SAMPLE_BATCH,
         ).batch(_SAMPLE_BATCH, drop_remainder=True)
 
-    def ours():
+    def ours(**options):
         learner = sampling.LearnerDataset(
-            address, _TABLE, data_spec=data_spec, batch_size=_SAMPLE_BATCH, sequence_length=2
+            address,
+            _TABLE,
+            data_spec=data_spec,
+            batch_size=_SAMPLE_BATCH,
+            sequence_length=2,
+            **options,
         )
         return learner.as_dataset()
 
@@ -584,6 +610,9 @@ def make_sampling_sides(server: reverb.Server, signature, encoded: dict) -> dict
         'limit: bare TrajectoryDataset.batch(64)': bare,
         'TF-Agents ReverbReplayBuffer.as_dataset': tf_agents,
         'ours LearnerDataset': ours,
+        'ours, 1 iterator, 32 in flight per worker': lambda: ours(
+            iterators_per_stream=1, max_in_flight_samples_per_worker=32
+        ),
         'encoded + decode after sampling': encoded_decode,
     }
 
@@ -664,9 +693,10 @@ def run_layout(directory: pathlib.Path, name: str, args) -> dict:
     figures['frames_per_step'] = len(cameras)
 
     print(' limits')
+    in_memory = {k: tf.constant(list(v)) for k, v in facts['frames'].items()}
     decode = _alternate(
         {
-            'JPEG decode (in memory, parallel map)': lambda: measure_decode(facts['frames']),
+            'JPEG decode (in memory, parallel map)': lambda: measure_decode(in_memory),
             'raw record read (TFRecordDataset)': lambda: measure_raw_read(directory),
         },
         rounds=args.rounds,
@@ -713,20 +743,30 @@ def run_layout(directory: pathlib.Path, name: str, args) -> dict:
     )
     figures['convert'] = {k: _median(t.rate for t in v) for k, v in converts.items()}
 
-    print(' push, two-step items (fresh server process each; set-up of the dataset timed)')
+    cumulative = np.cumsum(facts['lengths'])
+    anchor_episodes = min(int(np.searchsorted(cumulative, args.anchor_push_steps)) + 1, episodes)
+    anchor_steps = int(np.sum(facts['lengths'][:anchor_episodes]))
+    print(
+        ' push, two-step items (fresh server process each; set-up of the dataset timed;'
+        f' TF-Agents: the first {anchor_steps:,} steps)'
+    )
     pushes = _alternate(
         {
             'TF-Agents push_rlds_to_reverb': lambda: push_tf_agents(
-                directory, tfa_signature, steps
+                directory, tfa_signature, anchor_steps, episodes=anchor_episodes
             ),
             'ours push': lambda: push_ours(directory, signature, steps),
-            'encoded prototype push (2-step)': lambda: push_encoded(directory, cameras, steps),
+            'encoded prototype push (2-step)': lambda: push_encoded(
+                directory, cameras, steps, room=_CHUNK_ROOM_ROWS
+            ),
         },
         rounds=args.rounds,
         show=_show_push,
     )
     print(' encoded prototype, 3-step items (memory: chunks shared, not copied?)')
-    pushes['encoded prototype push (3-step)'] = [push_encoded(directory, cameras, steps, length=3)]
+    pushes['encoded prototype push (3-step)'] = [
+        push_encoded(directory, cameras, steps, length=3, room=_CHUNK_ROOM_ROWS)
+    ]
     print(
         f'  {"encoded prototype push (3-step)":<51} {_show_push(pushes["encoded prototype push (3-step)"][0])}'
     )
@@ -744,7 +784,7 @@ def run_layout(directory: pathlib.Path, name: str, args) -> dict:
     )
     try:
         rlds_reverb.push(rlds_reverb.load(directory), f'localhost:{server.port}', _TABLE)
-        push_encoded(directory, cameras, steps, server=server)
+        push_encoded(directory, cameras, steps, room=_CHUNK_ROOM_ROWS, server=server)
         first = next(_read_steps(directory, cameras, encoded=True).as_numpy_iterator())
         columns, first_rows = _step_rows(first, encoded=True)
         observation_keys = sorted(first[types.OBSERVATION])
@@ -756,7 +796,7 @@ def run_layout(directory: pathlib.Path, name: str, args) -> dict:
             sides,
             rounds=args.rounds,
             slices=2 if args.quick else 4,
-            slice_s=0.5 if args.quick else 4.0,
+            slice_s=0.5 if args.quick else 3.0,
             warmup_batches=3 if args.quick else 20,
         )
     finally:
@@ -821,7 +861,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--layouts', nargs='+', choices=sorted(LAYOUTS), default=list(LAYOUTS))
     parser.add_argument('--rounds', type=int, default=3, help='alternated rounds')
     parser.add_argument('--steps', type=int, default=20_000, help='steps per dataset')
-    parser.add_argument('--quick', action='store_true', help='a smoke run of about a minute')
+    parser.add_argument(
+        '--anchor-push-steps', type=int, default=5_000, help="steps of TF-Agents' push"
+    )
+    parser.add_argument('--quick', action='store_true', help='a smoke run of about two minutes')
     parser.add_argument('--write-only', action='store_true', help='write the datasets only')
     args = parser.parse_args(argv)
     if args.quick:
