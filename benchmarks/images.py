@@ -606,15 +606,31 @@ def make_sampling_sides(server: reverb.Server, signature, encoded: dict) -> dict
             address, _ENCODED_TABLE, encoded['first_rows'], encoded['camera_columns']
         )
 
+    def decode_only():
+        frames = tf.data.Dataset.from_tensor_slices(encoded['frames']).repeat()
+        decoded = frames.map(
+            lambda step: {k: tf.io.decode_jpeg(v, channels=3) for k, v in step.items()},
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=False,
+        )
+        return decoded.batch(_SAMPLE_BATCH, drop_remainder=True).prefetch(tf.data.AUTOTUNE)
+
     return {
-        'limit: bare TrajectoryDataset.batch(64)': bare,
-        'TF-Agents ReverbReplayBuffer.as_dataset': tf_agents,
+        _DECODE_SIDE: decode_only,
+        _BARE_SAMPLER: bare,
+        _TFA_SAMPLER: tf_agents,
         'ours LearnerDataset': ours,
         'ours, 1 iterator, 32 in flight per worker': lambda: ours(
             iterators_per_stream=1, max_in_flight_samples_per_worker=32
         ),
-        'encoded + decode after sampling': encoded_decode,
+        _ENCODED_SAMPLER: encoded_decode,
     }
+
+
+_DECODE_SIDE = 'limit: JPEG decode alone, batch 64 (steps)'
+_BARE_SAMPLER = 'limit: bare TrajectoryDataset.batch(64)'
+_TFA_SAMPLER = 'TF-Agents ReverbReplayBuffer.as_dataset'
+_ENCODED_SAMPLER = 'encoded + decode after sampling'
 
 
 def measure_sampling(
@@ -677,24 +693,22 @@ def _in_memory_episodes(directory: pathlib.Path, cameras, *, steps: int) -> list
     return episodes
 
 
-def run_layout(directory: pathlib.Path, name: str, args) -> dict:
-    """Every measurement of one layout; returns the figures of the summary."""
-    cameras = LAYOUTS[name].cameras
-    facts = _dataset_facts(directory, cameras)
-    steps, episodes = facts['steps'], facts['episodes']
-    jpeg_per_step = sum(facts['jpeg_bytes'].values())
-    sizes = ', '.join(f'{k} {v / 1024:.1f} KB' for k, v in facts['jpeg_bytes'].items())
-    print(f'\n== {name}: {directory}\n {steps:,} steps in {episodes} episodes; JPEG mean {sizes}')
-    signature = tables.signature_for(rlds_reverb.items.TwoStep(), rlds_reverb.load(directory))
-    tfa_spec = tfa_rlds.create_trajectory_data_spec(disk._tfds_dataset(directory))
-    tfa_signature = tensor_spec.add_outer_dim(tfa_spec)
-    disk._warm_up(directory)
-    figures: dict = {'steps': steps, 'episodes': episodes, 'jpeg_per_step': jpeg_per_step}
-    figures['frames_per_step'] = len(cameras)
+class _Layout(NamedTuple):
+    """What every part of one layout's run needs."""
 
+    name: str
+    directory: pathlib.Path
+    cameras: dict
+    facts: dict
+    signature: object  # Our push's table signature (two-step items).
+
+
+def run_limits(layout: _Layout, args, figures: dict) -> None:
+    """JPEG decode, the raw record read and the bare writer loop."""
+    facts, directory = layout.facts, layout.directory
     print(' limits')
     in_memory = {k: tf.constant(list(v)) for k, v in facts['frames'].items()}
-    decode = _alternate(
+    runs = _alternate(
         {
             'JPEG decode (in memory, parallel map)': lambda: measure_decode(in_memory),
             'raw record read (TFRecordDataset)': lambda: measure_raw_read(directory),
@@ -703,14 +717,13 @@ def run_layout(directory: pathlib.Path, name: str, args) -> dict:
         show=lambda r: f'{r[0]:>10,.0f} per s'
         + (f', {r[1] / 1e6:,.0f} MB/s' if len(r) == 3 else ''),
     )
-    figures['decode_steps_s'] = _median(
-        r[0] for r in decode['JPEG decode (in memory, parallel map)']
-    )
-    raw = decode['raw record read (TFRecordDataset)']
+    decode = runs['JPEG decode (in memory, parallel map)']
+    figures['decode_steps_s'] = _median(r[0] for r in decode)
+    raw = runs['raw record read (TFRecordDataset)']
     figures['raw_records_s'] = _median(r[0] for r in raw)
     figures['raw_mb_s'] = _median(r[1] for r in raw) / 1e6
-    figures['raw_steps_s'] = figures['raw_records_s'] * steps / episodes
-    memory = _in_memory_episodes(directory, cameras, steps=min(2_000, steps))
+    figures['raw_steps_s'] = figures['raw_records_s'] * facts['steps'] / facts['episodes']
+    memory = _in_memory_episodes(directory, layout.cameras, steps=min(2_000, facts['steps']))
     bare = _alternate(
         {'bare StructuredWriter loop (decoded)': lambda: measure_bare_writer(memory, passes=2)},
         rounds=args.rounds,
@@ -720,22 +733,26 @@ def run_layout(directory: pathlib.Path, name: str, args) -> dict:
     figures['bare_writer_steps_s'] = _median(p.rate for p in bare)
     figures['bare_writer_kb'] = _median(p.server_bytes / p.steps for p in bare) / 1024
 
+
+def run_convert(layout: _Layout, args, figures: dict) -> None:
+    """TF-Agents' convert and ours, `.batch(256)`, from opening the dataset."""
+    directory, steps = layout.directory, layout.facts['steps']
+
+    def tf_agents():
+        data = disk._tfds_dataset(directory)
+        return tfa_rlds.convert_rlds_to_trajectories(data).batch(_BATCH)
+
+    def ours():
+        return rlds_reverb.convert_rlds_to_trajectories(rlds_reverb.load(directory)).batch(_BATCH)
+
     print(' convert, batch 256 (set-up included)')
     converts = _alternate(
         {
             'TF-Agents convert(ds).batch(256)': lambda: disk._consume(
-                lambda: tfa_rlds.convert_rlds_to_trajectories(disk._tfds_dataset(directory)).batch(
-                    _BATCH
-                ),
-                steps,
-                disk._trajectories,
+                tf_agents, steps, disk._trajectories
             ),
             'ours convert(load(dir)).batch(256)': lambda: disk._consume(
-                lambda: rlds_reverb.convert_rlds_to_trajectories(rlds_reverb.load(directory)).batch(
-                    _BATCH
-                ),
-                steps,
-                disk._trajectories,
+                ours, steps, disk._trajectories
             ),
         },
         rounds=args.rounds,
@@ -743,11 +760,19 @@ def run_layout(directory: pathlib.Path, name: str, args) -> dict:
     )
     figures['convert'] = {k: _median(t.rate for t in v) for k, v in converts.items()}
 
+
+def run_push(layout: _Layout, args, figures: dict) -> None:
+    """TF-Agents' push (a prefix), ours, and the encoded prototype (2-step, then 3-step)."""
+    directory, cameras, facts = layout.directory, layout.cameras, layout.facts
+    steps = facts['steps']
+    tfa_spec = tfa_rlds.create_trajectory_data_spec(disk._tfds_dataset(directory))
+    tfa_signature = tensor_spec.add_outer_dim(tfa_spec)
     cumulative = np.cumsum(facts['lengths'])
-    anchor_episodes = min(int(np.searchsorted(cumulative, args.anchor_push_steps)) + 1, episodes)
-    anchor_steps = int(np.sum(facts['lengths'][:anchor_episodes]))
+    anchor_episodes = int(np.searchsorted(cumulative, args.anchor_push_steps)) + 1
+    anchor_episodes = min(anchor_episodes, facts['episodes'])
+    anchor_steps = int(cumulative[anchor_episodes - 1])
     print(
-        ' push, two-step items (fresh server process each; set-up of the dataset timed;'
+        ' push, two-step items (a fresh server process each; the dataset opened in the timing;'
         f' TF-Agents: the first {anchor_steps:,} steps)'
     )
     pushes = _alternate(
@@ -755,7 +780,7 @@ def run_layout(directory: pathlib.Path, name: str, args) -> dict:
             'TF-Agents push_rlds_to_reverb': lambda: push_tf_agents(
                 directory, tfa_signature, anchor_steps, episodes=anchor_episodes
             ),
-            'ours push': lambda: push_ours(directory, signature, steps),
+            'ours push': lambda: push_ours(directory, layout.signature, steps),
             'encoded prototype push (2-step)': lambda: push_encoded(
                 directory, cameras, steps, room=_CHUNK_ROOM_ROWS
             ),
@@ -763,37 +788,38 @@ def run_layout(directory: pathlib.Path, name: str, args) -> dict:
         rounds=args.rounds,
         show=_show_push,
     )
-    print(' encoded prototype, 3-step items (memory: chunks shared, not copied?)')
-    pushes['encoded prototype push (3-step)'] = [
-        push_encoded(directory, cameras, steps, length=3, room=_CHUNK_ROOM_ROWS)
-    ]
-    print(
-        f'  {"encoded prototype push (3-step)":<51} {_show_push(pushes["encoded prototype push (3-step)"][0])}'
-    )
+    label = 'encoded prototype push (3-step)'
+    pushes[label] = [push_encoded(directory, cameras, steps, length=3, room=_CHUNK_ROOM_ROWS)]
+    print(f'  3-step items (chunks shared?): {label:<33} {_show_push(pushes[label][0])}')
     figures['push'] = {
         k: (_median(p.rate for p in v), _median(p.server_bytes / p.steps for p in v) / 1024)
         for k, v in pushes.items()
     }
 
+
+def run_sampling(layout: _Layout, args, figures: dict) -> None:
+    """Every sampler on the same in-process tables (ours pushed, and the encoded copy)."""
+    directory, cameras = layout.directory, layout.cameras
     print(' sampling, batch 64 of two-step items, uniform table, in-process server')
     server = reverb.Server(
         [
-            tables.uniform(_TABLE, max_size=_MAX_ITEMS, signature=signature),
+            tables.uniform(_TABLE, max_size=_MAX_ITEMS, signature=layout.signature),
             tables.uniform(_ENCODED_TABLE, max_size=_MAX_ITEMS),
         ]
     )
     try:
         rlds_reverb.push(rlds_reverb.load(directory), f'localhost:{server.port}', _TABLE)
-        push_encoded(directory, cameras, steps, room=_CHUNK_ROOM_ROWS, server=server)
+        push_encoded(directory, cameras, 0, room=_CHUNK_ROOM_ROWS, server=server)
         first = next(_read_steps(directory, cameras, encoded=True).as_numpy_iterator())
-        columns, first_rows = _step_rows(first, encoded=True)
+        _, first_rows = _step_rows(first, encoded=True)
         observation_keys = sorted(first[types.OBSERVATION])
-        camera_columns = {1 + observation_keys.index(c): shape for c, shape in cameras.items()}
-        sides = make_sampling_sides(
-            server, signature, {'first_rows': first_rows, 'camera_columns': camera_columns}
-        )
+        encoded = {
+            'first_rows': first_rows,
+            'camera_columns': {1 + observation_keys.index(c): s for c, s in cameras.items()},
+            'frames': {k: tf.constant(list(v)) for k, v in layout.facts['frames'].items()},
+        }
         sampled = measure_sampling(
-            sides,
+            make_sampling_sides(server, layout.signature, encoded),
             rounds=args.rounds,
             slices=2 if args.quick else 4,
             slice_s=0.5 if args.quick else 3.0,
@@ -804,55 +830,98 @@ def run_layout(directory: pathlib.Path, name: str, args) -> dict:
     figures['sampling'] = {
         k: (_median(t.rate for t in v), _median(t.cores for t in v)) for k, v in sampled.items()
     }
+
+
+_PARTS = {'limits': run_limits, 'convert': run_convert, 'push': run_push, 'sampling': run_sampling}
+
+
+def run_layout(directory: pathlib.Path, name: str, args) -> dict:
+    """The parts asked for of one layout; returns the figures of the summary."""
+    cameras = LAYOUTS[name].cameras
+    facts = _dataset_facts(directory, cameras)
+    sizes = ', '.join(f'{k} {v / 1024:.1f} KB' for k, v in facts['jpeg_bytes'].items())
+    print(
+        f'\n== {name}: {directory}\n {facts["steps"]:,} steps in {facts["episodes"]} episodes;'
+        f' JPEG mean {sizes}; load average {os.getloadavg()}'
+    )
+    signature = tables.signature_for(rlds_reverb.items.TwoStep(), rlds_reverb.load(directory))
+    disk._warm_up(directory)
+    layout = _Layout(name, directory, cameras, facts, signature)
+    figures: dict = {
+        'jpeg_per_step': sum(facts['jpeg_bytes'].values()),
+        'frames_per_step': len(cameras),
+    }
+    for part in args.parts:
+        _PARTS[part](layout, args, figures)
     return figures
 
 
 def print_summary(name: str, f: dict, rounds: int) -> None:
     """The figures of one layout and each as a share of its limit (medians of the rounds)."""
     frames = f['frames_per_step']
-    decode_frames = f['decode_steps_s'] * frames
     jpeg_kb = f['jpeg_per_step'] / 1024
     print(f'\n summary of {name} (medians of {rounds} round(s)); JPEG {jpeg_kb:.1f} KB/step')
 
     def row(label: str, value: str, share: str = '') -> None:
-        print(f'  {label:<44} {value:<44} {share}')
+        print(f'  {label:<44} {value:<50} {share}')
 
-    row('limit: JPEG decode', f'{f["decode_steps_s"]:,.0f} steps/s = {decode_frames:,.0f} frames/s')
-    row(
-        'limit: raw record read',
-        f'{f["raw_records_s"]:,.0f} records/s, {f["raw_mb_s"]:,.0f} MB/s',
-        f'= {f["raw_steps_s"]:,.0f} steps/s',
-    )
-    row(
-        'limit: bare writer loop (decoded rows)',
-        f'{f["bare_writer_steps_s"]:,.0f} steps/s',
-        f'server {f["bare_writer_kb"]:,.1f} KB/step',
-    )
-    tfa_convert = f['convert']['TF-Agents convert(ds).batch(256)']
-    for label, rate in f['convert'].items():
+    if 'decode_steps_s' in f:
+        decode_frames = f['decode_steps_s'] * frames
         row(
-            label,
-            f'{rate:,.0f} steps/s',
-            f'{rate / f["decode_steps_s"]:.0%} of decode; {rate / tfa_convert:.2f}x TF-Agents',
+            'limit: JPEG decode',
+            f'{f["decode_steps_s"]:,.0f} steps/s = {decode_frames:,.0f} frames/s',
         )
-    ours_push = f['push']['ours push'][0]
-    for label, (rate, kb) in f['push'].items():
-        limit = f['raw_steps_s'] if 'encoded' in label else f['bare_writer_steps_s']
         row(
-            label,
-            f'{rate:,.0f} steps/s; server {kb:,.1f} KB/step ({kb / jpeg_kb:.2f}x JPEG)',
-            f'{rate / limit:.0%} of {"raw read" if "encoded" in label else "bare writer"}; '
-            f'{rate / ours_push:.1f}x ours',
+            'limit: raw record read',
+            f'{f["raw_records_s"]:,.0f} records/s, {f["raw_mb_s"]:,.0f} MB/s',
+            f'= {f["raw_steps_s"]:,.0f} steps/s',
         )
-    bare_rate = f['sampling']['limit: bare TrajectoryDataset.batch(64)'][0]
-    tfa_rate = f['sampling']['TF-Agents ReverbReplayBuffer.as_dataset'][0]
-    for label, (rate, cores) in f['sampling'].items():
-        share = f'{rate / bare_rate:.0%} of bare; {rate / tfa_rate:.2f}x TF-Agents'
-        if label.startswith('encoded'):
+        row(
+            'limit: bare writer loop (decoded rows)',
+            f'{f["bare_writer_steps_s"]:,.0f} steps/s',
+            f'server {f["bare_writer_kb"]:,.1f} KB/step',
+        )
+    if 'convert' in f:
+        anchor = f['convert']['TF-Agents convert(ds).batch(256)']
+        for label, rate in f['convert'].items():
+            share = f'{rate / anchor:.2f}x TF-Agents'
+            if 'decode_steps_s' in f:
+                share = f'{rate / f["decode_steps_s"]:.0%} of decode; ' + share
+            row(label, f'{rate:,.0f} steps/s', share)
+    if 'push' in f:
+        ours = f['push']['ours push'][0]
+        for label, (rate, kb) in f['push'].items():
+            share = f'{rate / ours:.1f}x ours; {rate / _ISSUE_PUSH_STEPS_S:.1f}x 784'
+            if 'bare_writer_steps_s' in f and 'encoded' not in label:
+                share = f'{rate / f["bare_writer_steps_s"]:.0%} of bare writer; ' + share
+            row(
+                label,
+                f'{rate:,.0f} steps/s; server {kb:,.1f} KB/step = {kb / jpeg_kb:.2f}x JPEG',
+                share,
+            )
+    if 'sampling' in f:
+        _print_sampling(f['sampling'], frames, row)
+
+
+# The issue's push of decoded frames (steps/s), the unit of the encoded path's target.
+_ISSUE_PUSH_STEPS_S = 784
+
+
+def _print_sampling(sampling: dict, frames: int, row: Callable) -> None:
+    bare = sampling[_BARE_SAMPLER][0]
+    anchor = sampling[_TFA_SAMPLER][0]
+    decode = sampling[_DECODE_SIDE][0] * frames  # Frames/s, measured in the same turns.
+    for label, (rate, cores) in sampling.items():
+        value = f'{rate:,.0f} samples/s, {cores:.2f} cores'
+        share = f'{rate / bare:.0%} of bare; {rate / anchor:.2f}x TF-Agents'
+        if label == _DECODE_SIDE:
+            value = f'{rate * frames:,.0f} frames/s, {cores:.2f} cores'
+            share = ''
+        elif label == _ENCODED_SAMPLER:
             decoded = rate * 2 * frames
-            share = f'{decoded:,.0f} frames/s = {decoded / decode_frames:.0%} of decode; '
-            share += f'{rate / tfa_rate:.2f}x TF-Agents'
-        row(label, f'{rate:,.0f} samples/s, {cores:.2f} cores', share)
+            value += f' = {decoded:,.0f} frames/s'
+            share = f'{decoded / decode:.0%} of decode; {rate / anchor:.2f}x TF-Agents'
+        row(label, value, share)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -861,6 +930,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--layouts', nargs='+', choices=sorted(LAYOUTS), default=list(LAYOUTS))
     parser.add_argument('--rounds', type=int, default=3, help='alternated rounds')
     parser.add_argument('--steps', type=int, default=20_000, help='steps per dataset')
+    parser.add_argument('--parts', nargs='+', choices=list(_PARTS), default=list(_PARTS))
     parser.add_argument(
         '--anchor-push-steps', type=int, default=5_000, help="steps of TF-Agents' push"
     )
