@@ -23,8 +23,10 @@ push's alone):
 * limits: JPEG decode alone (frames read into memory first, then `tf.io.decode_jpeg` in a
   parallel map, batches of 256), the raw record read (`tf.data.TFRecordDataset` over the
   shards), the bare Reverb writer loop (a `StructuredWriter`, as our push's engine, writing
-  the two-step items of 2,000 in-memory decoded steps, twice) and a bare sampler
-  (`reverb.TrajectoryDataset(...).batch(64)` on the table our push filled);
+  the two-step items of 2,000 in-memory decoded steps, twice), a bare sampler
+  (`reverb.TrajectoryDataset(...).batch(64)`, 4 workers, 32 samples in flight each, on
+  the table our push filled) and, taking
+  turns with the samplers, JPEG decode alone again in batches of 64 steps;
 * the toolkit: `convert_rlds_to_trajectories(load(dir)).batch(256)`, `rlds_reverb.push`
   of two-step items with the server's RSS growth per stored step, and sampling (batch 64,
   two-step items, uniform table, in-process server as a learner has it) with
@@ -33,19 +35,23 @@ push's alone):
 * TF-Agents' anchor: `rlds_to_reverb.convert_rlds_to_trajectories(ds).batch(256)` and
   `push_rlds_to_reverb` (its own test's observer: two-step, stride 1);
 * frames kept encoded (a prototype on Reverb's writer, not the package): the episodes read
-  with TFDS' `SkipDecoding` and pushed with the JPEG bytes as tf.string columns, two-step
-  and three-step items, server RSS per stored step against the JPEG bytes per step; and
+  with TFDS' `SkipDecoding` and pushed with the JPEG bytes as tf.string columns by a
+  `StructuredWriter` (every step appended once; 32 rows of chunk room, as our push),
+  two-step and three-step items, server RSS per stored step against the JPEG bytes; and
   sampling with the frames decoded after sampling (`tf.io.decode_jpeg` in a parallel map,
   then batches of 64): samples/s and decoded frames/s as a share of the decode limit.
 
 Run: `.venv/bin/python -m benchmarks.images [--data-dir DIR] [--layouts ...] [--rounds N]
-[--steps N] [--quick]`. `--quick` (1,500-step datasets, one round, short sampling
-slices) checks that every measurement runs.
+[--steps N] [--parts limits convert push sampling] [--anchor-push-steps N] [--quick]`.
+TF-Agents' push stores about 0.5 MB a step (every frame twice), so it pushes only the first
+`--anchor-push-steps` (5,000). `--quick` (1,500-step datasets, one round, short sampling
+slices; about 2.5 minutes on the shared 2-core machine) checks that every measurement runs.
 """
 
 from __future__ import annotations
 
 import argparse
+import gc
 import os
 import pathlib
 import pickle
@@ -235,6 +241,11 @@ _BATCH = 256  # Convert's batch.
 _SAMPLE_BATCH = 64
 _MAX_ITEMS = 10**7
 _FIRST, _MID, _LAST = 0, 1, 2  # TF-Agents' step types.
+_ENCODED_TABLE = 'encoded'
+# Rows every column of the prototype's writer keeps, so that Reverb's auto-tuned chunker
+# may group small columns into long chunks (as our push): 21.4 KB a stored step instead
+# of 25.0 for 16.6 KB of JPEG (fractal_like, two-step items).
+_CHUNK_ROOM_ROWS = 32
 
 # A Reverb server in its own process: its RSS grows with what a push stores, and nothing
 # else of the benchmark's (TensorFlow's allocations, datasets) is counted with it.
@@ -262,9 +273,9 @@ class ServerProcess:
             stdout=subprocess.PIPE,
             stderr=subprocess.DEVNULL,
         )
-        assert self._process.stdin and self._process.stdout
-        self._process.stdin.write(pickle.dumps([(n, _MAX_ITEMS, s) for n, s in specs]))
-        self._process.stdin.flush()
+        self._pipe = self._process.stdin  # Closing it stops the server.
+        self._pipe.write(pickle.dumps([(n, _MAX_ITEMS, s) for n, s in specs]))
+        self._pipe.flush()
         self.address = f'localhost:{int(self._process.stdout.readline())}'
         time.sleep(0.5)  # Lets the server settle before its baseline RSS is read.
         self.rss_start = self.rss_bytes()
@@ -281,8 +292,7 @@ class ServerProcess:
         return self
 
     def __exit__(self, *exc_info) -> None:
-        assert self._process.stdin
-        self._process.stdin.close()
+        self._pipe.close()
         try:
             self._process.wait(timeout=60)
         except subprocess.TimeoutExpired:
@@ -339,10 +349,10 @@ def _dataset_facts(directory: pathlib.Path, cameras) -> dict:
     }
 
 
-def _step_rows(steps: dict, *, encoded: bool) -> tuple[list[np.ndarray], list[np.ndarray]]:
+def _step_rows(steps: dict) -> tuple[list[np.ndarray], list[np.ndarray]]:
     """The columns of one episode's two-step-trajectory rows, as our push lays them out
-    (step type, observation, action, instruction, next step type, reward, discount);
-    frames as JPEG bytes when `encoded`. Returns (columns, first rows for the spec)."""
+    (step type, observation, action, instruction, next step type, reward, discount; the
+    frames as the reader gave them). Returns (columns, each column's first row)."""
     first, last = steps[types.IS_FIRST], steps[types.IS_LAST]
     step_type = np.where(first, _FIRST, np.where(last, _LAST, _MID)).astype(np.int32)
     next_step_type = np.roll(step_type, -1)
@@ -356,7 +366,6 @@ def _step_rows(steps: dict, *, encoded: bool) -> tuple[list[np.ndarray], list[np
         steps[types.REWARD],
         steps[types.DISCOUNT],
     ]
-    del encoded  # The same columns either way; the frames are what the reader gave.
     return columns, [c[0] for c in columns]
 
 
@@ -477,7 +486,7 @@ def push_encoded(
         episodes = _read_steps(directory, cameras, encoded=True).prefetch(4)
         writer, rows = None, 0
         for steps_np in episodes.as_numpy_iterator():
-            columns, _ = _step_rows(steps_np, encoded=True)
+            columns, _ = _step_rows(steps_np)
             if writer is None:
                 configs = _window_configs(len(columns), length, table, room=room)
                 writer = reverb.Client(address).structured_writer(configs)
@@ -490,13 +499,6 @@ def push_encoded(
     finally:
         if owned:
             owned.__exit__(None, None, None)
-
-
-_ENCODED_TABLE = 'encoded'
-# Rows every column of the prototype's writer keeps, so that Reverb's auto-tuned chunker
-# may group small columns into long chunks (as our push): 21.4 KB a stored step instead
-# of 25.0 for 16.6 KB of JPEG (fractal_like, two-step items).
-_CHUNK_ROOM_ROWS = 32
 
 
 # ------------------------------------------------------------------------------ sampling
@@ -523,6 +525,10 @@ class _Sampler:
             self.samples += int(tf.nest.flatten(batch)[0].shape[0])
         self.seconds += time.perf_counter() - started
         self.cpu_s += _cpu_seconds() - cpu
+
+    def close(self) -> None:
+        """Drops the iterator: its in-flight samples (up to 1 GB for decoded frames) go."""
+        self._iterator = None
 
     @property
     def rate(self) -> float:
@@ -553,7 +559,7 @@ def make_encoded_sampler(
         dtypes,
         shapes,
         max_in_flight_samples_per_worker=options.get('max_in_flight', 2 * _SAMPLE_BATCH),
-        num_workers_per_iterator=options.get('workers', -1),
+        num_workers_per_iterator=options.get('workers', 4),
     )
 
     def decode(sample):
@@ -581,7 +587,8 @@ def make_sampling_sides(server: reverb.Server, signature, encoded: dict) -> dict
             _TABLE,
             tf.nest.map_structure(lambda s: s.dtype, item_spec),
             tf.nest.map_structure(lambda s: s.shape, item_spec),
-            max_in_flight_samples_per_worker=2 * _SAMPLE_BATCH,
+            max_in_flight_samples_per_worker=32,
+            num_workers_per_iterator=4,
         ).batch(_SAMPLE_BATCH, drop_remainder=True)
 
     def ours(**options):
@@ -653,8 +660,10 @@ def measure_sampling(
                 f'{t.cores:.2f} cores, set-up {t.setup_s:.2f} s',
                 flush=True,
             )
+            t.close()
             results[name].append(t)
         del timed
+        gc.collect()
     return results
 
 
@@ -686,7 +695,7 @@ def _in_memory_episodes(directory: pathlib.Path, cameras, *, steps: int) -> list
     """The first episodes' decoded two-step rows (columns), `steps` steps or more."""
     episodes, total = [], 0
     for steps_np in _read_steps(directory, cameras, encoded=False).as_numpy_iterator():
-        episodes.append(_step_rows(steps_np, encoded=False)[0])
+        episodes.append(_step_rows(steps_np)[0])
         total += len(episodes[-1][0])
         if total >= steps:
             break
@@ -811,7 +820,7 @@ def run_sampling(layout: _Layout, args, figures: dict) -> None:
         rlds_reverb.push(rlds_reverb.load(directory), f'localhost:{server.port}', _TABLE)
         push_encoded(directory, cameras, 0, room=_CHUNK_ROOM_ROWS, server=server)
         first = next(_read_steps(directory, cameras, encoded=True).as_numpy_iterator())
-        _, first_rows = _step_rows(first, encoded=True)
+        _, first_rows = _step_rows(first)
         observation_keys = sorted(first[types.OBSERVATION])
         encoded = {
             'first_rows': first_rows,
