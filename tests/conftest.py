@@ -184,6 +184,8 @@ _FAST_CASE_STRIDE = 10
 _XDIST_GROUPS = {
     'fixture:fresh_venv': 'packaging',  # A fresh venv with the whole stack: minutes.
     'fixture:site': 'docs_site',  # mkdocs build --strict.
+    # Module fixtures that record with envlogger, one in a program killed mid-recording.
+    'tests/read/test_envlogger.py': 'envlogger',
     'tests/system/test_dead_servers.py': 'timing',
     'tests/reliability/test_faults.py': 'timing',
     'tests/reliability/test_soak.py': 'timing',
