@@ -39,11 +39,16 @@ lint: $(STAMP)
 	$(BIN)/ruff format --check .
 	$(BIN)/mypy  # mypy.ini: the public API and tests/typing/public_api.py
 
+# The suite on PYTEST_WORKERS pytest-xdist workers; tests that must share a worker carry an
+# xdist group (tests/conftest.py, docs/architecture.md "Tests").
+PYTEST_WORKERS ?= 2
+PYTEST := $(BIN)/python -m pytest -q -p no:cacheprovider -n $(PYTEST_WORKERS) --dist loadgroup
+
 test: $(STAMP) lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider tests
+	$(PYTEST) tests
 
 test-fast: $(STAMP) lint
-	$(BIN)/python -m pytest -q -p no:cacheprovider -m "not slow" tests
+	$(PYTEST) -m "not slow" tests
 
 # The docs site (mkdocs.yml: docs/ and the docstrings) into site/; warnings are errors.
 docs: $(STAMP)

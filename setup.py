@@ -47,6 +47,8 @@ _EXTRAS_REQUIRE = {
         'nbformat>=5.10,<6',
         'ipykernel>=6.29,<7',
         'hypothesis>=6.100,<7',
+        # `make test` runs the suite on two workers (tests/conftest.py: xdist groups).
+        'pytest-xdist>=3.6,<4',
         # Records RLDS through envlogger's TFDS backend in the tests (1.3 dropped it).
         'envlogger>=1.2,<1.3',
         'dm-env>=1.6,<2',

@@ -10,6 +10,8 @@
   that the command left no listening port (in-process) and no process (as a program).
 * `subprocess_env`: the environment for Python subprocesses of the tests.
 * test-fast runs a sample of each large case table (`pytest_collection_modifyitems`).
+* `make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`); tests that
+  must share a worker carry an `xdist_group` (`_XDIST_GROUPS`, the `timing` marker).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import os
 os.environ.setdefault('TF_CPP_MIN_LOG_LEVEL', '2')
 
 import pathlib  # noqa: E402
+import re  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -173,9 +176,56 @@ _MAX_FAST_CASES = 3
 _FAST_CASE_STRIDE = 10
 
 
-@pytest.hookimpl(tryfirst=True)  # Before `-m` deselects by mark.
+# --- make test: two xdist workers (`-n 2 --dist loadgroup`) ----------------------------------
+# A group runs on one worker. Expensive module fixtures are built once only when all their
+# tests share a worker; tests that bound wall-clock times run one after another (the other
+# worker still runs beside them: their bounds hold on a loaded host). A new test that asserts
+# a wall-clock bound takes `@pytest.mark.timing`.
+_XDIST_GROUPS = {
+    'fixture:fresh_venv': 'packaging',  # A fresh venv with the whole stack: minutes.
+    'fixture:site': 'docs_site',  # mkdocs build --strict.
+    # Module fixtures that record with envlogger, one in a program killed mid-recording.
+    'tests/read/test_envlogger.py': 'envlogger',
+    'tests/system/test_dead_servers.py': 'timing',
+    'tests/reliability/test_faults.py': 'timing',
+    'tests/reliability/test_soak.py': 'timing',
+    'tests/serve/test_status.py': 'timing',
+}
+
+
+# A test id that holds an object's address (`ids=str` of an object without its own repr)
+# differs between xdist workers, and xdist then refuses to run at all.
+_ADDRESS_IN_ID = re.compile(r' at 0x[0-9a-fA-F]+')
+
+
+def _add_xdist_group(item: pytest.Item) -> None:
+    """Adds the `xdist_group` of `_XDIST_GROUPS` (or of the `timing` marker) to `item`."""
+    if item.get_closest_marker('xdist_group') is not None:
+        return
+    group = 'timing' if item.get_closest_marker('timing') is not None else None
+    for key, name in _XDIST_GROUPS.items():
+        kind, _, value = key.partition(':')
+        if (kind == 'fixture' and value in getattr(item, 'fixturenames', ())) or (
+            item.nodeid.startswith(key)
+        ):
+            group = name
+    if group is not None:
+        item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.hookimpl(tryfirst=True)  # Before `-m` deselects by mark, and before xdist reads groups.
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Marks slow all but a sample of each large case table (see `_FAST_CASE_STRIDE`)."""
+    """Marks slow all but a sample of each large case table (see `_FAST_CASE_STRIDE`).
+
+    Also adds each test's xdist group (`_add_xdist_group`).
+    """
+    for item in items:
+        if _ADDRESS_IN_ID.search(item.nodeid):
+            raise pytest.UsageError(
+                f'{item.nodeid}: the test id holds an address, which differs between runs '
+                '(and between xdist workers); give the parametrization stable ids.'
+            )
+        _add_xdist_group(item)
     tables: dict[tuple, list[pytest.Item]] = {}
     for item in items:
         if getattr(item, 'callspec', None) is not None:
