@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 from collections.abc import Sequence
 
 import apache_beam as beam
@@ -69,6 +70,8 @@ def _write_result(path: str, counts: results.ServerCounts) -> None:
     """Writes a writer's counts; a local file as every file of the toolkit (core/files.py)."""
     data = json.dumps(dataclasses.asdict(counts)).encode()
     if FileSystems.get_scheme(path) is None:
+        # FileSystems.create makes missing directories; a caller's result_dir may not exist.
+        files.make_shared_dirs(os.path.dirname(path))
         with files.replace_file(path) as f:
             f.write(data)
         return
