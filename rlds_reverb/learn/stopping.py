@@ -1,0 +1,205 @@
+"""Stopping a learner promptly, also while a rate limiter holds its samples back.
+
+A learner's iterator that waits for samples a rate limiter holds back (a `SampleToInsertRatio`
+table whose writers insert slowly) keeps the calling thread inside TensorFlow's `GetNext`,
+where Python cannot raise `KeyboardInterrupt`: Ctrl-C, and releasing the iterator, waited
+until the limiter let a whole batch through (35 s in issue 34). Two parts end such a wait:
+
+* **Slices.** Each sample stream of a `LearnerDataset` that may drop a sample without
+  losing data (a table with `max_times_sampled` 0, read without a
+  `rate_limiter_timeout_ms`) waits on its rate limiter in slices of
+  `timeouts.LEARNER_STOP_CHECK_MS`: a Reverb iterator whose worker got no sample for a
+  slice ends, and the stream opens the next one (`StopSignal.make_attempts`) unless its
+  learner was asked to stop since the stream started. A table that gives each item a
+  bounded number of times (`max_times_sampled`, a queue) is read in one wait: Reverb drops
+  the samples an ending iterator holds, which would lose those items.
+* **The ask.** `LearnerDataset.stop()` advances the learner's `StopSignal`; so does Ctrl-C
+  (SIGINT, and SIGTERM when the program handles it) with
+  `SamplingOptions.stop_on_interrupt`. The main thread is the one blocked, so the signal
+  is seen through Python's wakeup file descriptor (`signal.set_wakeup_fd`), read by a
+  daemon thread (`watch_interrupts`); a wakeup descriptor set before (an asyncio loop's)
+  still gets every byte. Once the streams end, `GetNext` returns, Python raises the
+  `KeyboardInterrupt`, and the program unwinds and exits as usual.
+* **The handler.** An ended iterator returns through TensorFlow's conversion of a failed
+  op's status into an exception, and Python runs the pending signal's handler right there,
+  where the `KeyboardInterrupt` it raises would turn into pybind11's `RuntimeError`. So
+  the program's own handler of SIGINT (and of SIGTERM, if it has one) is wrapped
+  (`_DeferredHandler`): called inside that conversion, it delivers the signal again a
+  moment later (`_thread.interrupt_main`), outside it; anywhere else it calls the
+  program's handler at once.
+
+A stop ends the iterators waiting at that moment, and any still running that reach the
+end of a slice later; iterators made afterwards sample as usual.
+"""
+
+from __future__ import annotations
+
+import _thread
+import os
+import signal
+import sys
+import threading
+import types
+import weakref
+from collections.abc import Callable
+from typing import Any
+
+import tensorflow as tf
+
+from rlds_reverb.core import compat
+from rlds_reverb.core.episodes import without_autograph
+
+# Helpers of the package's other modules only: nothing here is public API.
+__all__: list[str] = []
+
+# The signals that stop learners: Ctrl-C, and a polite termination the program handles.
+_STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+# How long a signal that arrived inside TensorFlow's error conversion is put off.
+_REDELIVERY_DELAY_S = 0.05
+
+
+class StopSignal:
+    """A learner's stop counter: each stop ends the streams started before it.
+
+    Example:
+      >>> stop = StopSignal()
+      >>> samples = stop.make_attempts().flat_map(lambda _: make_one_slice())
+    """
+
+    def __init__(self) -> None:
+        self.count = tf.Variable(0, dtype=tf.int64, trainable=False, name='learner_stops')
+
+    def advance(self) -> None:
+        """Asks every stream started before now to end at the end of its current slice.
+
+        Example:
+          >>> stop.advance()
+        """
+        self.count.assign_add(1)
+
+    def make_attempts(self) -> tf.data.Dataset:
+        """Returns an endless dataset of int64 scalars that ends once the counter advances.
+
+        The counter is read when an iterator of the dataset takes its first element, and
+        again before each next one: each element starts one more slice of a stream.
+
+        Example:
+          >>> stop.make_attempts().flat_map(lambda _: one_slice)
+        """
+        count = self.count
+
+        def read_start(_: tf.Tensor) -> tf.Tensor:
+            return count.read_value()
+
+        def repeat_until_stopped(start: tf.Tensor) -> tf.data.Dataset:
+            return (
+                tf.data.Dataset.from_tensors(start)
+                .repeat()
+                .take_while(without_autograph(lambda s: tf.equal(count.read_value(), s)))
+            )
+
+        return (
+            tf.data.Dataset.range(1)
+            .map(without_autograph(read_start))
+            .flat_map(without_autograph(repeat_until_stopped))
+        )
+
+
+class _InterruptWatcher:
+    """Reads Python's wakeup file descriptor in a daemon thread; stops learners on SIGINT."""
+
+    def __init__(self) -> None:
+        self._read_fd, self.write_fd = os.pipe()
+        os.set_blocking(self.write_fd, False)
+        self._forward_fd: int | None = None
+        self.signals: weakref.WeakSet[StopSignal] = weakref.WeakSet()
+        threading.Thread(target=self._run, name='rlds_reverb-learner-stop', daemon=True).start()
+
+    def install(self) -> None:
+        """Makes the wakeup descriptor ours, forwarding to the last one, and wraps the
+        program's handlers of the stop signals (from the main thread)."""
+        previous = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
+        if previous != self.write_fd:
+            self._forward_fd = None if previous == -1 else previous
+        for number in _STOP_SIGNALS:
+            handler = signal.getsignal(number)
+            if callable(handler) and not isinstance(handler, _DeferredHandler):
+                signal.signal(number, _DeferredHandler(handler))
+
+    def _run(self) -> None:
+        while True:
+            try:
+                data = os.read(self._read_fd, 512)
+            except OSError:
+                return
+            if not data:
+                return
+            forward = self._forward_fd
+            if forward is not None:
+                try:
+                    os.write(forward, data)
+                except OSError:  # Closed by its owner: nobody reads it any more.
+                    self._forward_fd = None
+            if set(_STOP_SIGNALS).intersection(data):
+                for stop in list(self.signals):
+                    stop.advance()
+
+
+class _DeferredHandler:
+    """The program's handler of a signal, called outside TensorFlow's error conversion.
+
+    Called inside it, the handler returns at once and leaves a profile function that
+    calls the program's handler at the first call, return or C call made outside the
+    conversion: where the exception being raised reaches Python, before anything else runs.
+
+    Example:
+      >>> signal.signal(signal.SIGINT, _DeferredHandler(signal.getsignal(signal.SIGINT)))
+    """
+
+    def __init__(self, handler: Callable[[int, types.FrameType | None], Any]):
+        self.handler = handler
+
+    def __call__(self, number: int, frame: types.FrameType | None) -> Any:
+        if not compat.is_converting_tf_status(frame):
+            return self.handler(number, frame)
+        if sys.getprofile() is not None:  # A profiler runs: deliver a moment later instead.
+            threading.Timer(_REDELIVERY_DELAY_S, _thread.interrupt_main, args=(number,)).start()
+            return None
+
+        def deliver(frame: types.FrameType, event: str, arg: Any) -> None:
+            if not compat.is_converting_tf_status(frame):
+                sys.setprofile(None)
+                self.handler(number, frame)  # A KeyboardInterrupt propagates from here.
+
+        sys.setprofile(deliver)
+        return None
+
+
+_watcher: _InterruptWatcher | None = None
+_watcher_lock = threading.Lock()
+
+
+def watch_interrupts(stop: StopSignal) -> bool:
+    """Makes SIGINT (and a handled SIGTERM) advance `stop`, from now on.
+
+    Installs the process's one watcher on first use, and makes its descriptor Python's
+    wakeup descriptor again (an event loop may have replaced it since). Only the main
+    thread may do that: from another thread, `stop` is watched once a learner of the main
+    thread installed the watcher.
+
+    Returns:
+      Whether an interrupt now reaches `stop`.
+
+    Example:
+      >>> watch_interrupts(learner_stop_signal)
+    """
+    global _watcher
+    with _watcher_lock:
+        if threading.current_thread() is threading.main_thread() and sys.platform != 'win32':
+            if _watcher is None:
+                _watcher = _InterruptWatcher()
+            _watcher.install()
+        if _watcher is None:
+            return False
+        _watcher.signals.add(stop)
+        return True
