@@ -244,8 +244,11 @@ def make_sampling_plan(
     Args:
       counts: `{table: items per batch}` (`compute_mix_counts`); tables of count 0 are left out.
       server_infos: Per server, the infos of (at least) the sampled tables.
-      server_ratios, iterators_per_stream, num_workers_per_iterator,
-      max_in_flight_samples_per_worker, rate_limiter_timeout_ms: As in `SamplingOptions`.
+      server_ratios: As in `SamplingOptions`.
+      iterators_per_stream: As in `SamplingOptions`.
+      num_workers_per_iterator: As in `SamplingOptions`.
+      max_in_flight_samples_per_worker: As in `SamplingOptions`.
+      rate_limiter_timeout_ms: As in `SamplingOptions`.
 
     Raises:
       TableError: If more than one worker or iterator is asked for on a FIFO table.

@@ -357,13 +357,14 @@ class LearnerDataset:
             raise EmptyTableError(streams.extract_assert_message(e.message)) from e
 
     def stop(self) -> None:
-        """Ends this learner's iterators that wait on a rate limiter, within about a second.
+        """Ends the iterators of this learner's datasets that wait on a rate limiter.
 
-        An iterator blocked in `next()` because the limiter holds samples back then ends
-        (`StopIteration`), and so does every iterator still running when it next waits a
-        whole slice (`timeouts.LEARNER_STOP_CHECK_MS`); iterators made afterwards sample
-        as usual. Ctrl-C calls this with `stop_on_interrupt` (the default). Tables that
-        give each item a bounded number of times are waited on whole (module docstring).
+        An iterator blocked in `next()` because the limiter holds samples back ends
+        (`StopIteration`) within about a second (`timeouts.LEARNER_STOP_CHECK_MS`), and so
+        does any other iterator of a dataset made before the stop once it waits a whole
+        slice; datasets made afterwards (`as_dataset()`) sample as usual. Ctrl-C calls this
+        with `stop_on_interrupt` (the default). Tables that give each item a bounded number
+        of times are waited on whole (module docstring).
 
         Example:
           >>> threading.Timer(60, learner.stop).start()

@@ -28,8 +28,9 @@ until the limiter let a whole batch through (35 s in issue 34). Two parts end su
   moment later (`_thread.interrupt_main`), outside it; anywhere else it calls the
   program's handler at once.
 
-A stop ends the iterators waiting at that moment, and any still running that reach the
-end of a slice later; iterators made afterwards sample as usual.
+A stop ends the iterators waiting at that moment, and any other iterator of a dataset made
+before it once that one waits a whole slice; datasets made afterwards (`as_dataset()`)
+sample as usual.
 """
 
 from __future__ import annotations
@@ -59,7 +60,7 @@ _REDELIVERY_DELAY_S = 0.05
 
 
 class StopSignal:
-    """A learner's stop counter: each stop ends the streams started before it.
+    """A learner's stop counter: each stop ends the datasets made before it.
 
     Example:
       >>> stop = StopSignal()
@@ -70,7 +71,7 @@ class StopSignal:
         self.count = tf.Variable(0, dtype=tf.int64, trainable=False, name='learner_stops')
 
     def advance(self) -> None:
-        """Asks every stream started before now to end at the end of its current slice.
+        """Asks every dataset made before now to end at the end of its iterators' slices.
 
         Example:
           >>> stop.advance()
@@ -80,28 +81,17 @@ class StopSignal:
     def make_attempts(self) -> tf.data.Dataset:
         """Returns an endless dataset of int64 scalars that ends once the counter advances.
 
-        The counter is read when an iterator of the dataset takes its first element, and
-        again before each next one: each element starts one more slice of a stream.
+        The counter is compared, before each element, with its value now: each element
+        starts one more slice of a stream, and none starts after a stop (one traced
+        function per stream).
 
         Example:
           >>> stop.make_attempts().flat_map(lambda _: one_slice)
         """
         count = self.count
-
-        def read_start(_: tf.Tensor) -> tf.Tensor:
-            return count.read_value()
-
-        def repeat_until_stopped(start: tf.Tensor) -> tf.data.Dataset:
-            return (
-                tf.data.Dataset.from_tensors(start)
-                .repeat()
-                .take_while(without_autograph(lambda s: tf.equal(count.read_value(), s)))
-            )
-
-        return (
-            tf.data.Dataset.range(1)
-            .map(without_autograph(read_start))
-            .flat_map(without_autograph(repeat_until_stopped))
+        start = count.read_value()  # Now: the dataset is made when this is called.
+        return tf.data.Dataset.range(sys.maxsize).take_while(
+            without_autograph(lambda _: tf.equal(count.read_value(), start))
         )
 
 

@@ -157,4 +157,4 @@ def test_ctrl_c_ends_a_learner_process_held_back_by_the_limiter(address, mode, s
         process.wait()
     assert process.returncode == -signal.SIGINT, stderr
     assert 'KeyboardInterrupt' in stderr
-    assert waited < _STOP_S, f"exited {waited:.1f} s after SIGINT"
+    assert waited < _STOP_S, f'exited {waited:.1f} s after SIGINT'
