@@ -55,6 +55,7 @@ __all__: list[str] = []
 
 # The signals that stop learners: Ctrl-C, and a polite termination the program handles.
 _STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)
+_STOP_SIGNAL_NUMBERS = frozenset(int(number) for number in _STOP_SIGNALS)
 # How long a signal that arrived inside TensorFlow's error conversion is put off.
 _REDELIVERY_DELAY_S = 0.05
 
@@ -101,16 +102,23 @@ class _InterruptWatcher:
     def __init__(self) -> None:
         self._read_fd, self.write_fd = os.pipe()
         os.set_blocking(self.write_fd, False)
-        self._forward_fd: int | None = None
+        self._forward: tuple[int, tuple[int, int]] | None = None  # (fd, its device, inode)
         self.signals: weakref.WeakSet[StopSignal] = weakref.WeakSet()
         threading.Thread(target=self._run, name='rlds_reverb-learner-stop', daemon=True).start()
+
+    def forget(self) -> None:
+        """Gives a forked child its wakeup descriptor back: its signals are not ours to read."""
+        if threading.current_thread() is threading.main_thread():
+            signal.set_wakeup_fd(-1 if self._forward is None else self._forward[0])
+        os.close(self._read_fd)
+        os.close(self.write_fd)
 
     def install(self) -> None:
         """Makes the wakeup descriptor ours, forwarding to the last one, and wraps the
         program's handlers of the stop signals (from the main thread)."""
         previous = signal.set_wakeup_fd(self.write_fd, warn_on_full_buffer=False)
         if previous != self.write_fd:
-            self._forward_fd = None if previous == -1 else previous
+            self._forward = None if previous == -1 else (previous, _identify(previous))
         for number in _STOP_SIGNALS:
             handler = signal.getsignal(number)
             if callable(handler) and not isinstance(handler, _DeferredHandler):
@@ -124,15 +132,29 @@ class _InterruptWatcher:
                 return
             if not data:
                 return
-            forward = self._forward_fd
-            if forward is not None:
-                try:
-                    os.write(forward, data)
-                except OSError:  # Closed by its owner: nobody reads it any more.
-                    self._forward_fd = None
-            if set(_STOP_SIGNALS).intersection(data):
+            self._forward_bytes(data)
+            if _STOP_SIGNAL_NUMBERS.intersection(data):
                 for stop in list(self.signals):
                     stop.advance()
+
+    def _forward_bytes(self, data: bytes) -> None:
+        """Writes `data` to the wakeup descriptor set before ours, while it is still that one."""
+        forward = self._forward
+        if forward is None:
+            return
+        try:
+            if _identify(forward[0]) == forward[1]:
+                os.write(forward[0], data)
+                return
+        except OSError:
+            pass
+        self._forward = None  # Closed by its owner (its number may be another file's now).
+
+
+def _identify(fd: int) -> tuple[int, int]:
+    """Returns the device and inode of an open file descriptor."""
+    stat = os.fstat(fd)
+    return stat.st_dev, stat.st_ino
 
 
 class _DeferredHandler:
@@ -153,7 +175,9 @@ class _DeferredHandler:
         if not compat.is_converting_tf_status(frame):
             return self.handler(number, frame)
         if sys.getprofile() is not None:  # A profiler runs: deliver a moment later instead.
-            threading.Timer(_REDELIVERY_DELAY_S, _thread.interrupt_main, args=(number,)).start()
+            timer = threading.Timer(_REDELIVERY_DELAY_S, _thread.interrupt_main, args=(number,))
+            timer.daemon = True
+            timer.start()
             return None
 
         def deliver(frame: types.FrameType, event: str, arg: Any) -> None:
@@ -167,6 +191,14 @@ class _DeferredHandler:
 
 _watcher: _InterruptWatcher | None = None
 _watcher_lock = threading.Lock()
+
+
+def _forget_watcher_in_child() -> None:
+    global _watcher, _watcher_lock
+    _watcher_lock = threading.Lock()  # Another thread of the parent may have held it.
+    if _watcher is not None:
+        _watcher.forget()
+        _watcher = None
 
 
 def watch_interrupts(stop: StopSignal) -> bool:
@@ -188,6 +220,7 @@ def watch_interrupts(stop: StopSignal) -> bool:
         if threading.current_thread() is threading.main_thread() and sys.platform != 'win32':
             if _watcher is None:
                 _watcher = _InterruptWatcher()
+                os.register_at_fork(after_in_child=_forget_watcher_in_child)
             _watcher.install()
         if _watcher is None:
             return False

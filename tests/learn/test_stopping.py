@@ -9,6 +9,7 @@ within `_STOP_S` of being asked.
 from __future__ import annotations
 
 import gc
+import os
 import pathlib
 import queue
 import signal
@@ -22,7 +23,8 @@ import pytest
 import reverb
 import tensorflow as tf
 
-from rlds_reverb.learn import sampling
+from rlds_reverb.core import compat
+from rlds_reverb.learn import sampling, stopping
 from rlds_reverb.serve import tables
 
 SPEC = {'observation': tf.TensorSpec([3], tf.float32)}
@@ -42,13 +44,21 @@ def _insert(client: reverb.Client, count: int) -> None:
 
 
 def _write_slowly(address: str, stop: threading.Event) -> None:
-    """Inserts one item every `_INSERT_INTERVAL_S` until `stop` (or the server) ends it."""
-    client = reverb.Client(address)
-    try:
-        while not stop.wait(_INSERT_INTERVAL_S):
-            _insert(client, 1)
-    except (RuntimeError, reverb.errors.DeadlineExceededError):
-        return  # The server stopped.
+    """Inserts one item every `_INSERT_INTERVAL_S` until `stop`; never blocks for long."""
+    writer = reverb.Client(address).trajectory_writer(num_keep_alive_refs=1)
+    pending, i = False, 0
+    while not stop.wait(0 if pending else _INSERT_INTERVAL_S):
+        if not pending:
+            writer.append({'observation': np.full([3], i, np.float32)})
+            writer.create_item(_TABLE, 1.0, {'observation': writer.history['observation'][-1]})
+            i += 1
+        try:
+            writer.flush(timeout_ms=int(_INSERT_INTERVAL_S * 1000))
+            pending = False
+        except (reverb.errors.DeadlineExceededError, RuntimeError):
+            pending = True  # The limiter holds inserts back once no learner samples.
+    if pending:  # Reverb's writer would wait for it when destroyed: keep it instead.
+        compat.keep_alive_forever(writer)
 
 
 @pytest.fixture
@@ -66,16 +76,18 @@ def address():
     address = f'localhost:{server.port}'
     _insert(reverb.Client(address), _BATCH)  # One batch at once, then about 16 s each.
     stop = threading.Event()
-    writers = [threading.Thread(target=_write_slowly, args=(address, stop)) for _ in range(2)]
+    writers = [
+        threading.Thread(target=_write_slowly, args=(address, stop), daemon=True) for _ in range(2)
+    ]
     for writer in writers:
         writer.start()
     try:
         yield address
     finally:
         stop.set()
-        server.stop()
         for writer in writers:
-            writer.join(timeout=30)
+            writer.join(timeout=10)
+        server.stop()
 
 
 def _learner(address: str) -> sampling.LearnerDataset:
@@ -120,6 +132,26 @@ def test_stop_ends_an_iterator_blocked_in_next_by_the_limiter(address):
     thread.join()
     # Iterators made after the stop sample as usual.
     assert next(iter(learner.as_dataset().take(1))).weights.shape == (_BATCH,)
+
+
+def test_ctrl_c_advances_the_stop_and_still_reaches_a_wakeup_fd_set_before():
+    read_fd, write_fd = os.pipe()
+    os.set_blocking(write_fd, False)
+    previous = signal.set_wakeup_fd(write_fd)  # As an event loop's.
+    try:
+        stop = stopping.StopSignal()
+        assert stopping.watch_interrupts(stop)
+        with pytest.raises(KeyboardInterrupt):
+            signal.raise_signal(signal.SIGINT)
+        deadline = time.monotonic() + 10
+        while int(stop.count.numpy()) == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert int(stop.count.numpy()) == 1
+        assert os.read(read_fd, 16) == bytes([signal.SIGINT])
+    finally:
+        signal.set_wakeup_fd(previous)
+        os.close(read_fd)
+        os.close(write_fd)
 
 
 def _read_lines(stream, lines: queue.Queue) -> None:
