@@ -166,5 +166,7 @@ def merge_overrides(
     if options is None:
         return options_type(**overrides)
     if not isinstance(options, options_type):
-        raise ValueError(f'options={options!r} is not valid; expected a {options_type.__name__}.')
+        raise ValueError(
+            f'options={options!r} is not valid; expected {options_type.__name__}(...).'
+        )
     return dataclasses.replace(options, **overrides) if overrides else options  # type: ignore[type-var]
