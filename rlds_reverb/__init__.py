@@ -10,8 +10,9 @@ The verbs, in the order data flows:
     push            write episodes into Reverb tables as items (`items`, `tables`,
                     `PushOptions`)
     LearnerDataset  sample batches for TF-Agents learners: mixing, importance weights,
-                    priority updates
-    export          back to RLDS: `export_table`, `RldsRecorder`, `save_as_rlds`
+                    priority updates (`SamplingOptions`)
+    export          back to RLDS: `export_table` (`ExportOptions`), `RldsRecorder`,
+                    `save_as_rlds`
 
 The package is arranged by role, in the same order; each room imports only itself and the
 rooms listed before it (docs/architecture.md lists every module):
@@ -92,6 +93,8 @@ _EXPORTS = {
     'fetch_server_status': 'rlds_reverb.serve.status:fetch_server_status',
     'LearnerDataset': 'rlds_reverb.learn.sampling:LearnerDataset',
     'SampleBatch': 'rlds_reverb.learn.sampling:SampleBatch',
+    'SamplingOptions': 'rlds_reverb.learn.options:SamplingOptions',
+    'ExportOptions': 'rlds_reverb.export.options:ExportOptions',
     'RldsRecorder': 'rlds_reverb.export.recorder:RldsRecorder',
     'export_table': 'rlds_reverb.export.reverb_export:export_table',
     'save_as_rlds': 'rlds_reverb.export.rlds_copy:save_as_rlds',
@@ -107,6 +110,7 @@ __all__ = [
     'EndBehavior',
     'EpisodeTooLongError',
     'ExportError',
+    'ExportOptions',
     'InvalidEpisodeError',
     'LearnerDataset',
     'LoadOptions',
@@ -120,6 +124,7 @@ __all__ = [
     'RldsRecorder',
     'RldsReverbError',
     'SampleBatch',
+    'SamplingOptions',
     'ServerStatus',
     'SourceError',
     'SourceNotFoundError',
@@ -179,11 +184,13 @@ if TYPE_CHECKING:
     from rlds_reverb.core.types import EndBehavior as EndBehavior
     from rlds_reverb.core.types import ValidationMode as ValidationMode
     from rlds_reverb.distribute.pipeline import push_with_beam as push_with_beam
+    from rlds_reverb.export.options import ExportOptions as ExportOptions
     from rlds_reverb.export.recorder import RldsRecorder as RldsRecorder
     from rlds_reverb.export.reverb_export import export_table as export_table
     from rlds_reverb.export.rlds_copy import save_as_rlds as save_as_rlds
     from rlds_reverb.learn import priorities as priorities
     from rlds_reverb.learn import sampling as sampling
+    from rlds_reverb.learn.options import SamplingOptions as SamplingOptions
     from rlds_reverb.learn.sampling import LearnerDataset as LearnerDataset
     from rlds_reverb.learn.sampling import SampleBatch as SampleBatch
     from rlds_reverb.read.loading import load as load

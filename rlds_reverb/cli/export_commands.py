@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 
 from rlds_reverb.cli import common
-from rlds_reverb.core import timeouts
 
 __all__ = [
     'add_export_parser',
@@ -44,6 +43,13 @@ def _export(args: argparse.Namespace) -> int:
             "to: export checkpoints the server, and Reverb then deletes that directory's other "
             'entries, which export keeps. Or export a checkpoint on disk with --checkpoint.'
         )
+    given = {'on_invalid': args.on_invalid, 'name': args.name, 'timeout_ms': args.timeout_ms}
+    options = reverb_export.ExportOptions(
+        episode_fields=args.episode_field,
+        item=item,
+        # A flag left out takes the default of `ExportOptions`, its one owner.
+        **{name: value for name, value in given.items() if value is not None},
+    )
     bar = common.ProgressBar(disable=args.no_progress)
     try:
         stats = reverb_export.export_table(
@@ -52,18 +58,15 @@ def _export(args: argparse.Namespace) -> int:
             server=args.server,
             server_checkpoint_dir=args.server_checkpoint_dir,
             checkpoint=args.checkpoint,
-            episode_fields=args.episode_field,
-            item=item,
-            on_invalid=args.on_invalid,
-            name=args.name,
-            timeout_ms=args.timeout_ms,
+            options=options,
             progress=bar.update,
         )
     finally:
         bar.close()
+    kind = stats.kind.value if stats.kind is not None else 'no'
     print(
         f'Exported {stats.episodes} episodes ({stats.steps} steps, {stats.skipped_episodes} '
-        f'partial skipped) from {stats.items} {stats.kind.value} items of table '
+        f'partial skipped) from {stats.items} {kind} items of table '
         f'{args.table!r} to {stats.directory} in {stats.seconds:.2f} s.'
     )
     return common.EXIT_OK
@@ -107,6 +110,7 @@ def _record(args: argparse.Namespace) -> int:
 def add_export_parser(subparsers) -> argparse.ArgumentParser:
     """Adds `export`: write a Reverb table's items as an RLDS dataset."""
     from rlds_reverb.core import types
+    from rlds_reverb.export.options import describe_default
 
     parser = subparsers.add_parser('export', help='write a Reverb table as an RLDS dataset')
     parser.add_argument('out_dir', help='the dataset directory to write (TFDS version dir)')
@@ -127,9 +131,10 @@ def add_export_parser(subparsers) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         '--on-invalid',
-        default=types.ValidationMode.RAISE.value,
+        default=None,
         choices=[m.value for m in types.ValidationMode if m is not types.ValidationMode.REPORT],
-        help='what to do with episodes the table holds only part of',
+        help='what to do with episodes the table holds only part of (default '
+        f'{describe_default("on_invalid")})',
     )
     parser.add_argument(
         '--item',
@@ -146,8 +151,17 @@ def add_export_parser(subparsers) -> argparse.ArgumentParser:
         help='sequence: end-of-episode behaviour',
     )
     parser.add_argument('--max-length', type=int, default=1000, help='episode: steps per item')
-    parser.add_argument('--name', default='reverb_export', help='the TFDS dataset name')
-    parser.add_argument('--timeout-ms', type=int, default=timeouts.EXPORT_MS)
+    parser.add_argument(
+        '--name',
+        default=None,
+        help=f'the TFDS dataset name (default {describe_default("name")})',
+    )
+    parser.add_argument(
+        '--timeout-ms',
+        type=int,
+        default=None,
+        help=f'the most a read of the table may wait (default {describe_default("timeout_ms")})',
+    )
     parser.add_argument('--no-progress', action='store_true', help='hide the progress bar')
     parser.set_defaults(handler=_export)
     return parser

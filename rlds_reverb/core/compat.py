@@ -14,18 +14,21 @@ from __future__ import annotations
 
 import ctypes
 import functools
+import types
 from collections.abc import Iterator
 from typing import Any
 
 import tensorflow as tf
 from tensorflow.python.data.ops import readers as _tf_readers
 from tensorflow.python.data.ops import unbatch_op as _tf_unbatch_op
+from tensorflow.python.eager import core as _tf_eager_core
 from tensorflow.python.lib.io import tf_record as _tf_record
 from tensorflow.python.util import deprecation as _tf_deprecation
 
 __all__ = [
     'DeferredDataset',
     'decode_structure_proto',
+    'is_converting_tf_status',
     'iter_tfrecord_file',
     'keep_alive_forever',
     'make_example_parser',
@@ -122,6 +125,32 @@ def decode_structure_proto(proto: Any) -> Any:
     from tensorflow.python.saved_model import nested_structure_coder
 
     return nested_structure_coder.decode_proto(proto)
+
+
+# --- TensorFlow: eager errors ----------------------------------------------------------------
+
+# The exception TensorFlow's C++ raises for a failed op's status on its fast path.
+_NOT_OK_STATUS = _tf_eager_core._NotOkStatusException  # noqa: SLF001
+
+
+def is_converting_tf_status(frame: types.FrameType | None) -> bool:
+    """Whether `frame` runs inside the constructor of TensorFlow's exception of a failed op.
+
+    pybind11 calls that constructor (`_NotOkStatusException` on the eager fast path, a
+    `tf.errors.OpError` subclass for a function call) while it turns a failed op's status,
+    an iterator's end too, into a Python exception. An exception raised there, such as a
+    signal handler's `KeyboardInterrupt`, does not propagate: pybind11 replaces it with a
+    `RuntimeError` ("MISMATCH of original and normalized active exception types"). There
+    is no public way to tell; `rlds_reverb.learn.stopping` puts a signal off until the
+    conversion is done.
+    """
+    while frame is not None:
+        if frame.f_code.co_name == '__init__' and isinstance(
+            frame.f_locals.get('self'), _NOT_OK_STATUS | tf.errors.OpError
+        ):
+            return True
+        frame = frame.f_back
+    return False
 
 
 # --- TFDS -------------------------------------------------------------------------------------

@@ -12,6 +12,7 @@ __all__ = [
     'CONNECT_MS',
     'EXPORT_MS',
     'LEARNER_SERVER_INFO_MS',
+    'LEARNER_STOP_CHECK_MS',
     'OBSERVER_SERVER_INFO_MS',
     'PUSH_MS',
     'RESUME_COUNT_MS',
@@ -33,6 +34,9 @@ CONNECT_MS = 3_000
 STATUS_MS = 10_000
 # `LearnerDataset(server_info_timeout_ms=)`: the server-info call made per server.
 LEARNER_SERVER_INFO_MS = 30_000
+# A learner's sample stream waits on a rate limiter in slices of this, checking between them
+# whether it was asked to stop (Ctrl-C, `LearnerDataset.stop`): `learn.stopping`.
+LEARNER_STOP_CHECK_MS = 1_000
 # TF-Agents-compatible observers: the signature lookup when the observer is built.
 OBSERVER_SERVER_INFO_MS = 60_000
 # `write.resume.count_inserted`: reading a table's insert count.

@@ -32,6 +32,7 @@ import reverb
 
 from rlds_reverb.core import checks, compat, files, timeouts
 from rlds_reverb.core.errors import ExportError
+from rlds_reverb.export.options import DEFAULT_MAX_COPY_BYTES
 from rlds_reverb.serve import checkpoints, table_info
 
 # Helpers of the package's other modules only: nothing here is public API.
@@ -46,9 +47,6 @@ _ITEMS_FILE = checkpoints.ITEMS_FILE
 _CHUNKS_FILE = checkpoints.CHUNKS_FILE
 _ITEMS_PER_READ = 1024  # Item records are about 100 bytes.
 _NEVER_BLOCKS = 1.7e308  # A rate limiter diff no count reaches.
-# Checkpoints with a chunks file up to this size are restored whole (one pass, no parsing
-# of chunks); larger ones in parts.
-DEFAULT_MAX_COPY_BYTES = 256 * 2**20
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +114,12 @@ def _make_light_item_class():
     over the items costs no per-chunk-slice parsing in the pure-Python protobuf runtime
     (for whole-episode items, a full parse took about 90% of an export).
     """
-    from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+    # protobuf ships no type stubs here (types-protobuf is not a dependency).
+    from google.protobuf import (  # type: ignore[import-untyped]
+        descriptor_pb2,
+        descriptor_pool,
+        message_factory,
+    )
 
     fields = descriptor_pb2.FieldDescriptorProto
     file = descriptor_pb2.FileDescriptorProto(
@@ -165,7 +168,7 @@ def _item_rows(item: Any) -> int:
 
 def _write_parts(
     source: pathlib.Path, table_name: str, root: pathlib.Path, part_rows: int, max_copy_bytes: int
-):
+) -> tuple[Any, list[tuple[pathlib.Path, int]]]:
     """Splits the table's items into parts of about `part_rows` rows, each a queue checkpoint.
 
     Returns (table record, [(part directory, item count)]). One pass over the items writes
@@ -180,10 +183,28 @@ def _write_parts(
     record = found[table_name]
     if (source / _CHUNKS_FILE).stat().st_size <= max_copy_bytes:
         directory = root / '0'
-        count = _write_single_part(source, table_name, directory)
+        parts = [(directory, _write_single_part(source, table_name, directory))]
+    else:
+        counts, chunk_parts = _split_items(source, table_name, root, part_rows)
+        directories = [root / str(i) for i in range(len(counts))]
+        if len(directories) == 1:
+            os.symlink((source / _CHUNKS_FILE).absolute(), directories[0] / _CHUNKS_FILE)
+        elif directories:
+            _split_chunks(source, directories, chunk_parts)
+        parts = list(zip(directories, counts, strict=True))
+    for directory, count in parts:
         checkpoints.write_table_checkpoints(directory, [_as_queue(record, count)])
         checkpoints.mark_complete(directory)
-        return record, [(directory, count)]
+    return record, parts
+
+
+def _split_items(
+    source: pathlib.Path, table_name: str, root: pathlib.Path, part_rows: int
+) -> tuple[list[int], dict[int, list[int]]]:
+    """Writes the table's items (sample counts reset) into parts of about `part_rows` rows.
+
+    Returns each part's item count, and for each chunk key the parts whose items use it.
+    """
     counts: list[int] = []
     chunk_parts: dict[int, list[int]] = {}
     rows, writer = part_rows, None
@@ -192,12 +213,11 @@ def _write_parts(
             item = _SCHEMA_PB2.PrioritizedItem.FromString(raw)
             if item.table != table_name:
                 continue
-            if rows >= part_rows:  # Start the next part.
+            if writer is None or rows >= part_rows:  # Start the next part.
                 if writer is not None:
                     writer.close()
                 (root / str(len(counts))).mkdir(parents=True)
-                path = root / str(len(counts)) / _ITEMS_FILE
-                writer = checkpoints.open_checkpoint_writer(path)
+                writer = checkpoints.open_checkpoint_writer(root / str(len(counts)) / _ITEMS_FILE)
                 counts.append(0)
                 rows = 0
             part = len(counts) - 1
@@ -213,23 +233,22 @@ def _write_parts(
     finally:
         if writer is not None:
             writer.close()
-    directories = [root / str(i) for i in range(len(counts))]
-    if len(directories) == 1:
-        os.symlink((source / _CHUNKS_FILE).absolute(), directories[0] / _CHUNKS_FILE)
-    elif directories:
-        writers = [checkpoints.open_checkpoint_writer(d / _CHUNKS_FILE) for d in directories]
-        try:
-            for raw in checkpoints.read_checkpoint_records(source / _CHUNKS_FILE):
-                key = _SCHEMA_PB2.ChunkData.FromString(raw).chunk_key
-                for part in chunk_parts.get(key, ()):
-                    writers[part].write(raw)
-        finally:
-            for w in writers:
-                w.close()
-    for directory, count in zip(directories, counts, strict=True):
-        checkpoints.write_table_checkpoints(directory, [_as_queue(record, count)])
-        checkpoints.mark_complete(directory)
-    return record, list(zip(directories, counts, strict=True))
+    return counts, chunk_parts
+
+
+def _split_chunks(
+    source: pathlib.Path, directories: list[pathlib.Path], chunk_parts: dict[int, list[int]]
+) -> None:
+    """Writes each chunk of the checkpoint to the parts whose items reference it."""
+    writers = [checkpoints.open_checkpoint_writer(d / _CHUNKS_FILE) for d in directories]
+    try:
+        for raw in checkpoints.read_checkpoint_records(source / _CHUNKS_FILE):
+            key = _SCHEMA_PB2.ChunkData.FromString(raw).chunk_key
+            for part in chunk_parts.get(key, ()):
+                writers[part].write(raw)
+    finally:
+        for writer in writers:
+            writer.close()
 
 
 class TableReader:
@@ -382,13 +401,14 @@ def open_table_reader(
         )
     checks.check_int_at_least(part_rows, 1, argument='part_rows')
     with contextlib.ExitStack() as stack:
-        if server is not None:
+        # The checks above leave a server with its directory, or a checkpoint.
+        if server is not None and server_checkpoint_dir is not None:
             client = server if isinstance(server, reverb.Client) else reverb.Client(server)
             _check_server_table(client, table)
-            checkpoint = stack.enter_context(
-                checkpoints.take_private_checkpoint(client, server_checkpoint_dir)
-            )
-        source = resolve_checkpoint(checkpoint)
+            private = checkpoints.take_private_checkpoint(client, server_checkpoint_dir)
+            source = resolve_checkpoint(stack.enter_context(private))
+        elif checkpoint is not None:
+            source = resolve_checkpoint(checkpoint)
         root = pathlib.Path(tempfile.mkdtemp(prefix='rlds_reverb_export_'))
         stack.callback(shutil.rmtree, root, ignore_errors=True)
         reader = TableReader(

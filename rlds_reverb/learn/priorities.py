@@ -19,6 +19,7 @@ selector raises stored priorities to its own `priority_exponent` α when samplin
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import TypeAlias
 
 import reverb
 import tensorflow as tf
@@ -35,7 +36,7 @@ __all__ = [
 
 # A β: a Python float, a variable holding β, or a zero-argument callable returning β
 # (typically a schedule closed over a step variable, see `linear_beta_schedule`).
-Beta = float | tf.Variable | Callable[[], tf.Tensor]
+Beta: TypeAlias = float | tf.Variable | Callable[[], tf.Tensor]
 
 
 def check_beta(beta: Beta | None) -> None:

@@ -150,3 +150,39 @@ def test_keep_alive_forever_adds_a_reference():
     before = _sys.getrefcount(value)
     compat.keep_alive_forever(value)
     assert _sys.getrefcount(value) == before + 1
+
+
+def _record_status_conversions(call) -> list[str]:
+    """Returns the names of the calls made inside the conversion of a failed op's status."""
+    seen = []
+
+    def profile(frame, event, arg):
+        if event == 'call' and compat.is_converting_tf_status(frame):
+            seen.append(frame.f_code.co_qualname)
+
+    _sys.setprofile(profile)
+    try:
+        call()
+    finally:
+        _sys.setprofile(None)
+    return seen
+
+
+def test_a_failed_op_status_becomes_an_exception_in_a_recognized_constructor():
+    """An iterator's end, eagerly and in a function, is a failed op pybind11 converts."""
+
+    def end_eagerly():
+        with pytest.raises(StopIteration):
+            next(iter(tf.data.Dataset.range(0)))
+
+    iterator = iter(tf.data.Dataset.range(0))
+    step = tf.function(lambda: next(iterator))
+
+    def end_in_a_function():
+        with pytest.raises(tf.errors.OutOfRangeError):
+            step()
+
+    assert '_NotOkStatusException.__init__' in _record_status_conversions(end_eagerly)
+    assert 'OutOfRangeError.__init__' in _record_status_conversions(end_in_a_function)
+    assert not compat.is_converting_tf_status(_sys._getframe())  # noqa: SLF001
+    assert not compat.is_converting_tf_status(None)

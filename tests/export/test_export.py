@@ -24,7 +24,7 @@ from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import types
 from rlds_reverb.core.errors import ExportError
 from rlds_reverb.examples import cartpole
-from rlds_reverb.export import recorder, reverb_export
+from rlds_reverb.export import chains, recorder, reverb_export
 from rlds_reverb.read.loading import load
 from rlds_reverb.serve import tables
 from rlds_reverb.storage import tfds_writer
@@ -347,7 +347,7 @@ def _step_pairs(*pairs) -> dict:
 
 
 def test_interleaved_two_step_items_are_refused():
-    chain = reverb_export._ChainIds('replay')
+    chain = chains.TwoStepChain('replay')
     # Episode 0 (3 steps), then episode 1 starts before episode 0's last pair.
     with pytest.raises(ExportError, match='item 2 does not continue the episode of item 1'):
         chain.add_ids(_step_pairs((0, 0, 3), (1, 0, 3), (0, 1, 3)))
@@ -404,7 +404,7 @@ def _windows(*windows, period: int) -> tuple[dict, np.ndarray, int]:
 
 
 def test_windows_in_insertion_order_get_episode_and_step_ids():
-    chain = reverb_export._WindowChain('replay', period=2)
+    chain = chains.WindowChain('replay', period=2)
     # Episode 0 (5 steps) in windows of 3 every 2 steps, then episode 1 (2 steps).
     rows, valid, count = _windows((0, 0, 3, 5), (0, 2, 3, 5), (1, 0, 2, 2), period=2)
     out = chain.add_ids(rows, valid, count)
@@ -421,7 +421,7 @@ def test_windows_in_insertion_order_get_episode_and_step_ids():
     ids=['interleaved', 'across-episodes'],
 )
 def test_windows_out_of_one_writers_order_are_refused(windows, message):
-    chain = reverb_export._WindowChain('replay', period=2)
+    chain = chains.WindowChain('replay', period=2)
     rows, valid, count = _windows(*windows, period=2)
     if message.startswith('holds'):  # end='continue': the next episode starts inside.
         rows[types.IS_FIRST][3] = True

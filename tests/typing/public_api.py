@@ -102,6 +102,8 @@ def use_the_other_modules(address: str, directory: str) -> list[object]:
     """The remaining short module names and public names resolve."""
     checkpoints.find_latest_checkpoint(directory)
     rlds_reverb.export_table(directory, 'replay', server=address)
+    export_options = rlds_reverb.ExportOptions(on_invalid='skip')
+    rlds_reverb.export_table(directory, 'replay', checkpoint=directory, options=export_options)
     rlds_reverb.seed_server(rlds_reverb.load(directory), table='replay')
     saved = rlds_reverb.save_as_rlds(directory, f'{directory}_copy/1.0.0', episodes_per_shard=10)
     print(f'{saved.episodes} episodes, {saved.steps_per_second:.0f} steps/s')
@@ -149,3 +151,6 @@ def sample(address: str) -> None:
     learner = rlds_reverb.LearnerDataset(address, 'replay', data_spec=spec, batch_size=32)
     batch: rlds_reverb.SampleBatch = next(iter(learner.as_dataset()))
     del batch
+    options = rlds_reverb.SamplingOptions(batch_size=32, beta=0.4)
+    mixed = rlds_reverb.LearnerDataset(address, 'replay', data_spec=spec, options=options)
+    mixed.stop()
