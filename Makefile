@@ -37,7 +37,7 @@ demo: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
-	$(BIN)/mypy  # mypy.ini: the public API and tests/typing/public_api.py
+	$(BIN)/mypy  # mypy.ini: the whole package, the adders and tests/typing/public_api.py
 
 # The suite on PYTEST_WORKERS pytest-xdist workers; tests that must share a worker carry an
 # xdist group (tests/conftest.py, docs/architecture.md "Tests").
