@@ -1,0 +1,207 @@
+"""Which step fields get statistics, each episode reduced in TF, and the running totals.
+
+`plan_fields` picks the fields from the step spec (`statistics.compute_statistics`
+documents the rule); `reduce_episode` reduces one episode's whole `[T, ...]` step tensors
+in one traced function to, per field, its moments (`moments`) and its values as `[T, D]`
+(for the quantile sketch); `StatisticsTotals` folds those in (NumPy), merges with other
+totals (shards, workers: the Beam stage) and finishes as `FieldStatistics`. Nothing here
+branches on a tensor or loops over steps.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import tensorflow as tf
+import tree
+
+from rlds_reverb.check import moments as moments_lib
+from rlds_reverb.check import quantile_sketch
+from rlds_reverb.core import types
+from rlds_reverb.core.errors import SpecMismatchError
+
+# Helpers of `rlds_reverb.check.statistics`.
+__all__: list[str] = []
+
+PATH_SEPARATOR = '/'
+# Image fields (left out unless named): uint8 steps `[H, W, C]` with one of these channels.
+_IMAGE_CHANNELS = (1, 3, 4)
+# Why a field has no statistics.
+SKIP_STRING = 'not numeric (strings)'
+SKIP_BOOL = 'not numeric (booleans)'
+SKIP_IMAGE = 'an image (uint8 [H, W, C]); name it in fields= to include it'
+SKIP_SHAPE = 'its per-step shape is not fixed'
+SKIP_EMPTY = 'its steps hold no element (a zero-size shape)'
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldPlan:
+    """One field that gets statistics: its path, dtype name and per-step shape."""
+
+    path: str
+    dtype: str
+    shape: tuple[int, ...]
+
+    @property
+    def dims(self) -> int:
+        """D: the elements of one step's value (1 for a scalar)."""
+        return int(np.prod(self.shape, dtype=np.int64))
+
+
+def join_path(path: Sequence[Any]) -> str:
+    """Returns a field's key path as a `/`-separated string (`observation/state`)."""
+    return PATH_SEPARATOR.join(map(str, path))
+
+
+def flatten_steps(steps: types.Nest) -> dict[str, Any]:
+    """Returns the leaves of a step nest (specs or tensors) by `/` path."""
+    return {join_path(path): leaf for path, leaf in tree.flatten_with_path(steps)}
+
+
+def _is_image(spec: tf.TensorSpec) -> bool:
+    shape = spec.shape
+    return spec.dtype == tf.uint8 and shape.rank == 3 and shape[-1] in _IMAGE_CHANNELS
+
+
+def _find_skip_reason(spec: tf.TensorSpec, *, named: bool) -> str | None:
+    """Returns why a leaf gets no statistics (None: it gets them)."""
+    if spec.dtype == tf.string:
+        return SKIP_STRING
+    if spec.dtype == tf.bool:
+        return SKIP_BOOL
+    if not spec.shape.is_fully_defined():
+        return SKIP_SHAPE
+    if spec.shape.num_elements() == 0:
+        return SKIP_EMPTY
+    if _is_image(spec) and not named:
+        return SKIP_IMAGE
+    return None
+
+
+def _select_named(specs: Mapping[str, tf.TensorSpec], fields: Sequence[str]) -> dict[str, bool]:
+    """Returns the leaves `fields` name (a leaf's path, or a parent's), each with whether it
+    was named by its own path."""
+    chosen: dict[str, bool] = {}
+    for field in fields:
+        name = field.strip(PATH_SEPARATOR)
+        under = [p for p in specs if p == name or p.startswith(name + PATH_SEPARATOR)]
+        if not under:
+            raise SpecMismatchError(
+                f'fields names {field!r}, which the steps do not hold; the step fields are '
+                f'{sorted(specs)} (paths are /-separated, such as observation/state).'
+            )
+        for path in under:
+            chosen[path] = chosen.get(path, False) or path == name
+    return chosen
+
+
+def plan_fields(
+    step_spec: types.SpecNest, fields: Sequence[str] | None
+) -> tuple[list[FieldPlan], dict[str, str]]:
+    """Returns the fields that get statistics, in the spec's order, and why the others don't.
+
+    Raises:
+      SpecMismatchError: If `fields` names a path the steps do not hold, or a leaf named by
+        its own path is not numeric with a fixed, non-empty per-step shape.
+    """
+    specs = flatten_steps(step_spec)
+    named = {p: False for p in specs} if fields is None else _select_named(specs, fields)
+    plans, skipped = [], {}
+    for path, spec in specs.items():
+        if path not in named or (path in types.FLAG_FIELDS and not named[path]):
+            continue  # The flags are the episodes' structure, not data.
+        reason = _find_skip_reason(spec, named=named[path])
+        if reason is not None and named[path]:
+            raise SpecMismatchError(
+                f'fields names {path!r} ({spec.dtype.name}{spec.shape}), which gets no '
+                f'statistics: {reason}. Name numeric fields of a fixed shape only.'
+            )
+        if reason is None:
+            plans.append(FieldPlan(path, spec.dtype.name, tuple(spec.shape.as_list())))
+        else:
+            skipped[path] = reason
+    return plans, skipped
+
+
+def _reduce_field(values: tf.Tensor, dims: int) -> dict[str, tf.Tensor]:
+    """One field's moments over one episode (`moments.compute_moments` in TF) and values."""
+    flat = tf.reshape(values, [-1, dims])
+    x = tf.cast(flat, tf.float64)
+    finite = tf.math.is_finite(x)
+    count = tf.reduce_sum(tf.cast(finite, tf.int64), axis=0)
+    kept = tf.where(finite, x, tf.zeros_like(x))
+    mean = tf.reduce_sum(kept, axis=0) / tf.maximum(tf.cast(count, tf.float64), 1.0)
+    deviation = tf.where(finite, x - mean, tf.zeros_like(x))
+    inf = tf.constant(np.inf, tf.float64)
+    return {
+        'count': count,
+        'mean': mean,
+        'm2': tf.reduce_sum(deviation * deviation, axis=0),
+        'minimum': tf.reduce_min(tf.where(finite, x, inf), axis=0),
+        'maximum': tf.reduce_max(tf.where(finite, x, -inf), axis=0),
+        'nan_count': tf.reduce_sum(tf.cast(tf.math.is_nan(x), tf.int64), axis=0),
+        'inf_count': tf.reduce_sum(tf.cast(tf.math.is_inf(x), tf.int64), axis=0),
+        'values': flat,
+    }
+
+
+def reduce_episode(steps: types.Nest, plans: Sequence[FieldPlan]) -> dict[str, Any]:
+    """Reduces one episode's whole `[T, ...]` steps: its length and each planned field's
+    moments and `[T, D]` values (usable in a `tf.data` map)."""
+    flat = flatten_steps(steps)
+    return {
+        'length': tf.shape(steps[types.IS_FIRST], out_type=tf.int64)[0],
+        'fields': {plan.path: _reduce_field(flat[plan.path], plan.dims) for plan in plans},
+    }
+
+
+class StatisticsTotals:
+    """Running totals of every planned field: moments and a quantile sketch each.
+
+    Picklable (NumPy and plain values only), so a Beam worker's totals travel to be merged.
+
+    Args:
+      plans: The fields (`plan_fields`).
+      skipped: The fields left out, and why.
+      capacity: The quantile sketch's capacity (`quantile_sketch.QuantileSketch`).
+    """
+
+    def __init__(self, plans: Sequence[FieldPlan], skipped: Mapping[str, str], *, capacity: int):
+        self.plans = list(plans)
+        self.skipped = dict(skipped)
+        self.capacity = capacity
+        self.episodes = 0
+        self.steps = 0
+        self.moments = {p.path: moments_lib.Moments.empty(p.dims) for p in self.plans}
+        self.sketches = {
+            p.path: quantile_sketch.QuantileSketch(p.dims, capacity=capacity) for p in self.plans
+        }
+
+    def add_episode(self, reduced: Mapping[str, Any]) -> None:
+        """Folds in one episode's `reduce_episode` output (as NumPy)."""
+        self.episodes += 1
+        self.steps += int(reduced['length'])
+        for path, found in reduced['fields'].items():
+            self.moments[path] = self.moments[path].merge(moments_lib.Moments.from_arrays(found))
+            self.sketches[path].add(found['values'])
+
+    def merge(self, other: StatisticsTotals) -> None:
+        """Adds `other`'s totals (of the same plans and capacity) to these.
+
+        Raises:
+          ValueError: If the two were planned differently.
+        """
+        if (other.plans, other.capacity) != (self.plans, self.capacity):
+            raise ValueError(
+                'Cannot merge statistics of other fields or options: '
+                f'{[p.path for p in other.plans]} (capacity {other.capacity}) into '
+                f'{[p.path for p in self.plans]} (capacity {self.capacity}).'
+            )
+        self.episodes += other.episodes
+        self.steps += other.steps
+        for path in self.moments:
+            self.moments[path] = self.moments[path].merge(other.moments[path])
+            self.sketches[path].merge(other.sketches[path])
