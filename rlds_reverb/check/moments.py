@@ -104,7 +104,7 @@ def compute_moments(values: np.ndarray) -> Moments:
       array([2.])
     """
     values = np.asarray(values, np.float64)
-    values = values.reshape(len(values), -1)
+    values = values.reshape(len(values), int(np.prod(values.shape[1:], dtype=np.int64)))
     finite = np.isfinite(values)
     count = finite.sum(axis=0)
     kept = np.where(finite, values, 0.0)
