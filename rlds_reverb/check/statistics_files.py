@@ -49,9 +49,11 @@ from rlds_reverb.read import raw_records
 
 __all__ = [
     'STATISTICS_FILE_PREFIX',
+    'StatisticsFile',
     'compute_fingerprint',
     'describe_data',
     'ensure_statistics',
+    'locate_statistics',
     'read_statistics',
     'save_statistics',
 ]
@@ -240,27 +242,84 @@ def read_statistics(path: os.PathLike | str) -> DatasetStatistics:
         raise ValueError(f'{path} holds no readable statistics: {e}.') from e
 
 
-def _read_if_current(path: pathlib.Path, fingerprint: str) -> DatasetStatistics | None:
-    if not path.is_file():
-        return None
-    try:
-        saved = read_statistics(path)
-    except (OSError, ValueError) as e:
-        _LOGGER.warning('Recomputing the statistics: %s', e)
-        return None
-    return dataclasses.replace(saved, reused=True) if saved.fingerprint == fingerprint else None
+@dataclasses.dataclass(frozen=True)
+class StatisticsFile:
+    """Where a dataset's statistics are kept, and the fingerprint they must carry.
+
+    Attributes:
+      path: The JSON file.
+      data: The description of the data (`describe_data`); None for a `tf.data.Dataset`.
+      fingerprint: The data's and the options' fingerprint; None when there is no data
+        description (then the file is never reused).
+    """
+
+    path: pathlib.Path
+    data: dict[str, Any] | None
+    fingerprint: str | None
+
+    def read_if_current(self) -> DatasetStatistics | None:
+        """Returns the saved statistics if their fingerprint matches (`reused` set), else None.
+
+        A file that cannot be read is logged and treated as absent (it is recomputed).
+        """
+        if self.fingerprint is None or not self.path.is_file():
+            return None
+        try:
+            saved = read_statistics(self.path)
+        except (OSError, ValueError) as e:
+            _LOGGER.warning('Recomputing the statistics: %s', e)
+            return None
+        if saved.fingerprint != self.fingerprint:
+            return None
+        return dataclasses.replace(saved, reused=True)
+
+    def check_writable(self) -> None:
+        """Raises `OSError` (naming the file and what to do) if the file cannot be written."""
+        try:
+            handle, temporary = files.create_temporary_beside(self.path)
+        except OSError as e:
+            raise type(e)(
+                f"Cannot write statistics to '{self.path}' ({e.strerror or e}); give another "
+                'file with path= (rlds-reverb stats --out).'
+            ) from e
+        os.close(handle)
+        os.unlink(temporary)
+
+    def save(self, statistics: DatasetStatistics) -> DatasetStatistics:
+        """Writes `statistics` with this file's fingerprint; returns them with it."""
+        found = dataclasses.replace(statistics, fingerprint=self.fingerprint)
+        save_statistics(found, self.path, data=self.data)
+        return found
 
 
-def _check_writable(path: pathlib.Path) -> None:
-    try:
-        handle, temporary = files.create_temporary_beside(path)
-    except OSError as e:
-        raise type(e)(
-            f"Cannot write statistics to '{path}' ({e.strerror or e}); give another file with "
-            'path= (rlds-reverb stats --out).'
-        ) from e
-    os.close(handle)
-    os.unlink(temporary)
+def locate_statistics(
+    source: Any,
+    *,
+    split: str,
+    data_dir: Any,
+    path: os.PathLike | str | None,
+    options: StatisticsOptions,
+) -> StatisticsFile:
+    """Returns the statistics file of `source` (`path`, or beside the dataset) and fingerprint.
+
+    Raises:
+      ValueError: If `source` is a `tf.data.Dataset` and `path` is None.
+      SourceNotFoundError: If the source does not exist.
+      SourceError: If a path holds several TFDS datasets (`find_dataset_directory`).
+
+    Example:
+      >>> located = locate_statistics(path, split='train', data_dir=None, path=None,
+      ...                             options=StatisticsOptions())
+    """
+    default_path, data = describe_data(source, split=split, data_dir=data_dir)
+    target = pathlib.Path(path) if path is not None else default_path
+    if target is None:
+        raise ValueError(
+            'A tf.data.Dataset has no directory to keep its statistics in: pass path=, or '
+            'call compute_statistics() to compute them without saving.'
+        )
+    fingerprint = None if data is None else compute_fingerprint(data, options)
+    return StatisticsFile(target, data, fingerprint)
 
 
 def ensure_statistics(
@@ -306,19 +365,11 @@ def ensure_statistics(
       >>> statistics.reused  # True the second time, while the data is unchanged
     """
     options = StatisticsOptions(fields=fields, quantiles=quantiles, sketch_capacity=sketch_capacity)
-    default_path, data = describe_data(source, split=split, data_dir=data_dir)
-    target = pathlib.Path(path) if path is not None else default_path
-    if target is None:
-        raise ValueError(
-            'A tf.data.Dataset has no directory to keep its statistics in: pass path=, or '
-            'call compute_statistics() to compute them without saving.'
-        )
-    fingerprint = None if data is None else compute_fingerprint(data, options)
-    if fingerprint is not None and not refresh:
-        saved = _read_if_current(target, fingerprint)
-        if saved is not None:
-            return saved
-    _check_writable(target)
+    located = locate_statistics(source, split=split, data_dir=data_dir, path=path, options=options)
+    saved = None if refresh else located.read_if_current()
+    if saved is not None:
+        return saved
+    located.check_writable()
     if isinstance(source, tf.data.Dataset):
         episodes = source
     else:
@@ -332,6 +383,4 @@ def ensure_statistics(
         sketch_capacity=options.sketch_capacity,
         progress=progress,
     )
-    found = dataclasses.replace(found, fingerprint=fingerprint)
-    save_statistics(found, target, data=data)
-    return found
+    return located.save(found)
