@@ -12,7 +12,7 @@ numeric extra field) and every dimension of it:
   rounding, for any split (tested to a relative 1e-12);
 * quantiles (`quantile_levels`, q01 and q99 by default, any list on request) from a
   mergeable sketch (`quantile_sketch`): exact (`np.quantile`, linear interpolation) while
-  a field has at most `sketch_capacity` (8,192) values per dimension; beyond, each carries
+  a field has fewer than `sketch_capacity` (8,192) values per dimension; beyond, each carries
   a deterministic rank-error bound, `quantile_rank_error` (a fraction of the count: the
   true rank of a returned q-quantile lies within q ± that bound), which
   stays below 0.2% up to 10^8 values per dimension. Quantiles of merged data are never
@@ -246,34 +246,39 @@ class DatasetStatistics:
         return statistics_text.format_statistics(self)
 
 
-def _finish_field(plan: FieldPlan, totals: StatisticsTotals, levels: tuple[float, ...]):
-    moments = totals.moments[plan.path]
-    sketch = totals.sketches[plan.path]
-    present = moments.count > 0
-    constant = present & (moments.minimum == moments.maximum)
-    std = np.where(constant, 0.0, moments.compute_std())
+def _finish_field(
+    plan: FieldPlan, totals: StatisticsTotals, quantiles: np.ndarray, levels: tuple[float, ...]
+) -> FieldStatistics:
+    where = totals.slice_of(plan.path)
+    moments = totals.moments
+    count, low, high = moments.count[where], moments.minimum[where], moments.maximum[where]
+    present = count > 0
+    std = np.where(present & (low == high), 0.0, moments.compute_std()[where])
+    errors = totals.sketch.compute_rank_errors()[where] if totals.sketch else np.zeros(0)
     return FieldStatistics(
         path=plan.path,
         dtype=plan.dtype,
         shape=plan.shape,
-        count=moments.count,
-        mean=np.where(present, moments.mean, np.nan),
+        count=count,
+        mean=np.where(present, moments.mean[where], np.nan),
         std=std,
-        minimum=np.where(present, moments.minimum, np.nan),
-        maximum=np.where(present, moments.maximum, np.nan),
+        minimum=np.where(present, low, np.nan),
+        maximum=np.where(present, high, np.nan),
         quantile_levels=levels,
-        quantiles=sketch.compute_quantiles(levels).reshape(len(levels), plan.dims),
-        quantile_rank_error=sketch.compute_rank_errors(),
-        nan_count=moments.nan_count,
-        inf_count=moments.inf_count,
+        quantiles=quantiles[:, where].reshape(len(levels), plan.dims),
+        quantile_rank_error=errors,
+        nan_count=moments.nan_count[where],
+        inf_count=moments.inf_count[where],
     )
 
 
 def finish_statistics(totals: StatisticsTotals, options: StatisticsOptions) -> DatasetStatistics:
     """Returns the statistics of running totals (one pass's, or merged ones)."""
     levels = tuple(options.quantiles)
+    sketch = totals.sketch
+    quantiles = sketch.compute_quantiles(levels) if sketch else np.zeros((len(levels), 0))
     return DatasetStatistics(
-        fields={p.path: _finish_field(p, totals, levels) for p in totals.plans},
+        fields={p.path: _finish_field(p, totals, quantiles, levels) for p in totals.plans},
         skipped=dict(totals.skipped),
         episodes=totals.episodes,
         steps=totals.steps,

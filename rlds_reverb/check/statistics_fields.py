@@ -2,10 +2,10 @@
 
 `plan_fields` picks the fields from the step spec (`statistics.compute_statistics`
 documents the rule); `reduce_episode` reduces one episode's whole `[T, ...]` step tensors
-in one traced function to, per field, its moments (`moments`) and its values as `[T, D]`
-(for the quantile sketch); `StatisticsTotals` folds those in (NumPy), merges with other
-totals (shards, workers: the Beam stage) and finishes as `FieldStatistics`. Nothing here
-branches on a tensor or loops over steps.
+in one traced function to the moments (`moments`) of every planned dimension and their
+values as `[T, ΣD]` (for the quantile sketch); `StatisticsTotals` folds those in (NumPy)
+and merges with other totals (shards, workers: the Beam stage). Nothing here branches on a
+tensor or loops over steps.
 """
 
 from __future__ import annotations
@@ -126,10 +126,22 @@ def plan_fields(
     return plans, skipped
 
 
-def _reduce_field(values: tf.Tensor, dims: int) -> dict[str, tf.Tensor]:
-    """One field's moments over one episode (`moments.compute_moments` in TF) and values."""
-    flat = tf.reshape(values, [-1, dims])
-    x = tf.cast(flat, tf.float64)
+def _stack_fields(steps: types.Nest, plans: Sequence[FieldPlan]) -> tf.Tensor:
+    """Every planned field of one episode as float64 columns side by side, `[T, ΣD]`."""
+    flat = flatten_steps(steps)
+    length = tf.shape(steps[types.IS_FIRST])[0]
+    columns = [tf.reshape(tf.cast(flat[p.path], tf.float64), [length, p.dims]) for p in plans]
+    return tf.concat(columns, axis=1) if columns else tf.zeros([length, 0], tf.float64)
+
+
+def reduce_episode(steps: types.Nest, plans: Sequence[FieldPlan]) -> dict[str, tf.Tensor]:
+    """Reduces one episode's whole `[T, ...]` steps, in TF (usable in a `tf.data` map).
+
+    Every planned field's dimensions side by side (`[T, ΣD]`, float64) give one set of
+    moments (`moments.compute_moments`, in TF) and the values for the quantile sketch: a
+    dozen ops per episode, whatever the number of fields.
+    """
+    x = _stack_fields(steps, plans)
     finite = tf.math.is_finite(x)
     count = tf.reduce_sum(tf.cast(finite, tf.int64), axis=0)
     kept = tf.where(finite, x, tf.zeros_like(x))
@@ -137,6 +149,7 @@ def _reduce_field(values: tf.Tensor, dims: int) -> dict[str, tf.Tensor]:
     deviation = tf.where(finite, x - mean, tf.zeros_like(x))
     inf = tf.constant(np.inf, tf.float64)
     return {
+        'length': tf.shape(x, out_type=tf.int64)[0],
         'count': count,
         'mean': mean,
         'm2': tf.reduce_sum(deviation * deviation, axis=0),
@@ -144,24 +157,16 @@ def _reduce_field(values: tf.Tensor, dims: int) -> dict[str, tf.Tensor]:
         'maximum': tf.reduce_max(tf.where(finite, x, -inf), axis=0),
         'nan_count': tf.reduce_sum(tf.cast(tf.math.is_nan(x), tf.int64), axis=0),
         'inf_count': tf.reduce_sum(tf.cast(tf.math.is_inf(x), tf.int64), axis=0),
-        'values': flat,
-    }
-
-
-def reduce_episode(steps: types.Nest, plans: Sequence[FieldPlan]) -> dict[str, Any]:
-    """Reduces one episode's whole `[T, ...]` steps: its length and each planned field's
-    moments and `[T, D]` values (usable in a `tf.data` map)."""
-    flat = flatten_steps(steps)
-    return {
-        'length': tf.shape(steps[types.IS_FIRST], out_type=tf.int64)[0],
-        'fields': {plan.path: _reduce_field(flat[plan.path], plan.dims) for plan in plans},
+        'values': x,
     }
 
 
 class StatisticsTotals:
-    """Running totals of every planned field: moments and a quantile sketch each.
+    """Running totals of every planned field: moments and a quantile sketch.
 
-    Picklable (NumPy and plain values only), so a Beam worker's totals travel to be merged.
+    The fields' dimensions sit side by side (`slice_of` says where each field's are): every
+    dimension gets one value per step, so they share one sketch and its compactions. Picklable
+    (NumPy and plain values only), so a Beam worker's totals travel to be merged.
 
     Args:
       plans: The fields (`plan_fields`).
@@ -175,18 +180,23 @@ class StatisticsTotals:
         self.capacity = capacity
         self.episodes = 0
         self.steps = 0
-        self.moments = {p.path: moments_lib.Moments.empty(p.dims) for p in self.plans}
-        self.sketches = {
-            p.path: quantile_sketch.QuantileSketch(p.dims, capacity=capacity) for p in self.plans
-        }
+        ends = np.cumsum([0] + [p.dims for p in self.plans])
+        self._slices = {p.path: slice(ends[i], ends[i + 1]) for i, p in enumerate(self.plans)}
+        dims = int(ends[-1])
+        self.moments = moments_lib.Moments.empty(dims)
+        self.sketch = quantile_sketch.QuantileSketch(dims, capacity=capacity) if dims else None
+
+    def slice_of(self, path: str) -> slice:
+        """Returns where the dimensions of the field at `path` sit."""
+        return self._slices[path]
 
     def add_episode(self, reduced: Mapping[str, Any]) -> None:
         """Folds in one episode's `reduce_episode` output (as NumPy)."""
         self.episodes += 1
         self.steps += int(reduced['length'])
-        for path, found in reduced['fields'].items():
-            self.moments[path] = self.moments[path].merge(moments_lib.Moments.from_arrays(found))
-            self.sketches[path].add(found['values'])
+        self.moments = self.moments.merge(moments_lib.Moments.from_arrays(reduced))
+        if self.sketch is not None:
+            self.sketch.add(reduced['values'])
 
     def merge(self, other: StatisticsTotals) -> None:
         """Adds `other`'s totals (of the same plans and capacity) to these.
@@ -202,6 +212,6 @@ class StatisticsTotals:
             )
         self.episodes += other.episodes
         self.steps += other.steps
-        for path in self.moments:
-            self.moments[path] = self.moments[path].merge(other.moments[path])
-            self.sketches[path].merge(other.sketches[path])
+        self.moments = self.moments.merge(other.moments)
+        if self.sketch is not None and other.sketch is not None:
+            self.sketch.merge(other.sketch)

@@ -3,15 +3,15 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Any
 
 import numpy as np
 
-if TYPE_CHECKING:
-    from rlds_reverb.check.statistics import DatasetStatistics, FieldStatistics
-
-# Helpers of `rlds_reverb.check.statistics` (`DatasetStatistics.format`).
+# Helpers of `rlds_reverb.check.statistics` (`DatasetStatistics.format`), which it imports:
+# the statistics are typed `Any` here, so that the two modules do not import each other.
 __all__: list[str] = []
+FieldStatistics = Any
+DatasetStatistics = Any
 
 _WIDTH = 12
 
