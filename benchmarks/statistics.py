@@ -15,7 +15,7 @@ opening the dataset to its last episode:
   (observation mean/std, action q01/q99 clipped, reward min/max);
 * `reuse`: `ensure_statistics(dir, path=...)` when the saved file is current (the
   fingerprint and the JSON read, no data);
-* `beam` (with `--beam`): `compute_statistics_with_beam` on the DirectRunner, 2 worker processes.
+* `beam` (with `--beam`): `compute_statistics_with_beam` on the DirectRunner, in process.
 
 The load average is printed before and after: the machine is shared.
 
@@ -86,11 +86,9 @@ def _run_layout(directory: pathlib.Path, rounds: int, beam: bool, scratch: pathl
             directory,
             path=scratch / 'beam.json',
             refresh=True,
-            pipeline_options=[
-                '--runner=DirectRunner',
-                '--direct_num_workers=2',
-                '--direct_running_mode=multi_processing',
-            ],
+            # In process: worker processes would each import TensorFlow (seconds) to
+            # read 200,000 steps, on 2 cores; this measures the stage's own overhead.
+            pipeline_options=['--runner=DirectRunner', '--direct_num_workers=1'],
         )
     seconds: dict[str, list[float]] = {name: [] for name in runs}
     for round_ in range(rounds):

@@ -17,6 +17,7 @@ per episode in TF), which keeps M2 accurate when the mean is large.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 
 import numpy as np
 
@@ -61,7 +62,7 @@ class Moments:
         )
 
     @classmethod
-    def from_arrays(cls, arrays: dict[str, np.ndarray]) -> Moments:
+    def from_arrays(cls, arrays: Mapping[str, np.ndarray]) -> Moments:
         """Returns moments from a dict of their fields' arrays (one episode's TF reduction)."""
         return cls(
             count=np.asarray(arrays['count'], np.int64),

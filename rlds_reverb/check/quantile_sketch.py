@@ -38,6 +38,7 @@ operation is one NumPy call on `[dims, m]` arrays.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -132,7 +133,7 @@ class QuantileSketch:
         """Halves a full level: every other sorted item moves up with twice the weight."""
         # Above level 0 the chunks are sorted runs (compactions' outputs), which a stable
         # sort (timsort) merges several times faster than it sorts.
-        kind = 'quicksort' if level == 0 else 'stable'
+        kind: Literal['quicksort', 'stable'] = 'quicksort' if level == 0 else 'stable'
         items = np.sort(np.concatenate(self._levels[level], axis=1), axis=1, kind=kind)
         even = items.shape[1] - items.shape[1] % 2
         parity = self._parities[level]

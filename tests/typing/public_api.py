@@ -169,4 +169,7 @@ def normalize_with_statistics(directory: str) -> float:
     del back, normalizer
     wrong: str = rlds_reverb.compute_statistics(episodes)  # type: ignore[assignment]
     del wrong
-    return q99
+    with_beam: rlds_reverb.DatasetStatistics = rlds_reverb.compute_statistics_with_beam(
+        directory, pipeline_options=['--runner=DirectRunner']
+    )
+    return q99 + float(with_beam.steps)
