@@ -418,7 +418,7 @@ class _ReportTotals:
             self.metadata_totals[name].add_values(values)
         for name, values in found['actions'].items():
             self.actions[name].add(values)
-        self.statistics.add_episode(found['statistics'])
+        self.statistics.add_reduction(found['statistics'])
         if index < self.frame_episodes:
             self.frames += [
                 FrameSample(name, index, pair[0], pair[-1])

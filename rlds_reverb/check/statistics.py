@@ -54,7 +54,8 @@ from rlds_reverb.check.statistics_fields import (
     FieldPlan,
     StatisticsTotals,
     plan_fields,
-    reduce_episode,
+    reduce_episode_batch,
+    stack_fields,
 )
 from rlds_reverb.core import checks, specs, types
 from rlds_reverb.core import episodes as episodes_lib
@@ -69,6 +70,8 @@ __all__ = [
 
 DEFAULT_QUANTILES = (0.01, 0.99)
 DEFAULT_SKETCH_CAPACITY = quantile_sketch.DEFAULT_CAPACITY
+# Episodes reduced together in one TF call (and folded in one Python step).
+EPISODES_PER_CALL = 16
 
 
 def _check_quantiles(quantiles: object) -> tuple[float, ...]:
@@ -296,18 +299,37 @@ def start_totals(step_spec: types.SpecNest, options: StatisticsOptions) -> Stati
     return StatisticsTotals(plans, skipped, capacity=options.sketch_capacity)
 
 
-def read_totals(episodes: tf.data.Dataset, totals: StatisticsTotals, progress=None) -> None:
-    """Folds every episode of `episodes` (an RLDS dataset) into `totals`, in one pass."""
+def read_totals(
+    episodes: tf.data.Dataset,
+    totals: StatisticsTotals,
+    progress: types.EpisodeProgressFn | None = None,
+) -> None:
+    """Folds every episode of `episodes` (an RLDS dataset) into `totals`, in one pass.
+
+    Each episode's planned fields are stacked in a `tf.data` map; `EPISODES_PER_CALL` of
+    them are reduced together (their steps end to end: statistics do not depend on where
+    an episode ends), so short episodes pay TF's per-op cost and Python's fold once per
+    batch, not once each.
+    """
     plans = totals.plans
-    reduced = episodes_lib.to_episode_tensors(episodes).map(
-        episodes_lib.without_autograph(lambda steps: reduce_episode(steps, plans)),
-        num_parallel_calls=tf.data.AUTOTUNE,
-        deterministic=True,
+    reduced = (
+        episodes_lib.to_episode_tensors(episodes)
+        .map(
+            episodes_lib.without_autograph(lambda steps: stack_fields(steps, plans)),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+        .ragged_batch(EPISODES_PER_CALL)
+        .map(
+            episodes_lib.without_autograph(reduce_episode_batch),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
     )
     for found in reduced.prefetch(tf.data.AUTOTUNE).as_numpy_iterator():
-        totals.add_episode(found)
+        totals.add_reduction(found)
         if progress is not None:
-            progress(1, int(found['length']))
+            progress(int(found['episodes']), int(found['length']))
 
 
 def compute_statistics(
@@ -329,7 +351,8 @@ def compute_statistics(
       quantiles: The quantile levels, each in [0, 1].
       sketch_capacity: Values per dimension kept exactly before the quantile sketch
         compacts (even, >= 2).
-      progress: Optional `fn(episodes, steps)`, called after each episode (1, its steps).
+      progress: Optional `fn(episodes, steps)`, called after each batch of episodes read
+        (`EPISODES_PER_CALL` at most).
 
     Returns:
       A `DatasetStatistics`.

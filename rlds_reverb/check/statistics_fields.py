@@ -1,10 +1,11 @@
 """Which step fields get statistics, each episode reduced in TF, and the running totals.
 
 `plan_fields` picks the fields from the step spec (`statistics.compute_statistics`
-documents the rule); `reduce_episode` reduces one episode's whole `[T, ...]` step tensors
-in one traced function to the moments (`moments`) of every planned dimension and their
-values as `[T, ΣD]` (for the quantile sketch); `StatisticsTotals` folds those in (NumPy)
-and merges with other totals (shards, workers: the Beam stage). Nothing here branches on a
+documents the rule); `stack_fields` lays one episode's planned fields side by side as
+float64 columns, `[T, ΣD]`; `reduce_rows` reduces such rows (one episode's, or a batch of
+episodes end to end) in one traced function to the moments (`moments`) of every dimension
+and the values for the quantile sketch; `StatisticsTotals` folds those in (NumPy) and
+merges with other totals (shards, workers: the Beam stage). Nothing here branches on a
 tensor or loops over steps.
 """
 
@@ -126,7 +127,7 @@ def plan_fields(
     return plans, skipped
 
 
-def _stack_fields(steps: types.Nest, plans: Sequence[FieldPlan]) -> tf.Tensor:
+def stack_fields(steps: types.Nest, plans: Sequence[FieldPlan]) -> tf.Tensor:
     """Every planned field of one episode as float64 columns side by side, `[T, ΣD]`."""
     flat = flatten_steps(steps)
     length = tf.shape(steps[types.IS_FIRST])[0]
@@ -134,14 +135,12 @@ def _stack_fields(steps: types.Nest, plans: Sequence[FieldPlan]) -> tf.Tensor:
     return tf.concat(columns, axis=1) if columns else tf.zeros([length, 0], tf.float64)
 
 
-def reduce_episode(steps: types.Nest, plans: Sequence[FieldPlan]) -> dict[str, tf.Tensor]:
-    """Reduces one episode's whole `[T, ...]` steps, in TF (usable in a `tf.data` map).
+def reduce_rows(x: tf.Tensor, episodes: tf.Tensor) -> dict[str, tf.Tensor]:
+    """Reduces the steps `x` (`[N, ΣD]` float64, of `episodes` episodes), in TF.
 
-    Every planned field's dimensions side by side (`[T, ΣD]`, float64) give one set of
-    moments (`moments.compute_moments`, in TF) and the values for the quantile sketch: a
-    dozen ops per episode, whatever the number of fields.
+    One set of moments for every dimension (`moments.compute_moments`, in TF) and the
+    values for the quantile sketch: a dozen ops, whatever the number of fields and episodes.
     """
-    x = _stack_fields(steps, plans)
     finite = tf.math.is_finite(x)
     count = tf.reduce_sum(tf.cast(finite, tf.int64), axis=0)
     kept = tf.where(finite, x, tf.zeros_like(x))
@@ -149,6 +148,7 @@ def reduce_episode(steps: types.Nest, plans: Sequence[FieldPlan]) -> dict[str, t
     deviation = tf.where(finite, x - mean, tf.zeros_like(x))
     inf = tf.constant(np.inf, tf.float64)
     return {
+        'episodes': tf.cast(episodes, tf.int64),
         'length': tf.shape(x, out_type=tf.int64)[0],
         'count': count,
         'mean': mean,
@@ -159,6 +159,23 @@ def reduce_episode(steps: types.Nest, plans: Sequence[FieldPlan]) -> dict[str, t
         'inf_count': tf.reduce_sum(tf.cast(tf.math.is_inf(x), tf.int64), axis=0),
         'values': x,
     }
+
+
+def reduce_episode(steps: types.Nest, plans: Sequence[FieldPlan]) -> dict[str, tf.Tensor]:
+    """Reduces one episode's whole `[T, ...]` steps (`reduce_rows`; in a `tf.data` map)."""
+    return reduce_rows(stack_fields(steps, plans), tf.constant(1))
+
+
+def reduce_episode_batch(stacked: tf.Tensor | tf.RaggedTensor) -> dict[str, tf.Tensor]:
+    """Reduces a `ragged_batch` of `stack_fields` outputs, its episodes end to end.
+
+    `ragged_batch` gives a ragged `[B, None, ΣD]` batch, or a dense `[B, T, ΣD]` one when
+    every episode has the same static length.
+    """
+    if isinstance(stacked, tf.RaggedTensor):
+        return reduce_rows(stacked.values, stacked.nrows())
+    shape = tf.shape(stacked)
+    return reduce_rows(tf.reshape(stacked, [-1, shape[2]]), shape[0])
 
 
 class StatisticsTotals:
@@ -190,9 +207,9 @@ class StatisticsTotals:
         """Returns where the dimensions of the field at `path` sit."""
         return self._slices[path]
 
-    def add_episode(self, reduced: Mapping[str, Any]) -> None:
-        """Folds in one episode's `reduce_episode` output (as NumPy)."""
-        self.episodes += 1
+    def add_reduction(self, reduced: Mapping[str, Any]) -> None:
+        """Folds in a `reduce_rows` output (as NumPy): one episode's, or a batch's."""
+        self.episodes += int(reduced['episodes'])
         self.steps += int(reduced['length'])
         self.moments = self.moments.merge(moments_lib.Moments.from_arrays(reduced))
         if self.sketch is not None:

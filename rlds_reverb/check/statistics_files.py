@@ -346,7 +346,7 @@ def ensure_statistics(
       fields: As for `compute_statistics`.
       quantiles: As for `compute_statistics`.
       sketch_capacity: As for `compute_statistics`.
-      progress: Optional `fn(episodes, steps)`, called after each episode read.
+      progress: Optional `fn(episodes, steps)`, called after each batch of episodes read.
 
     Returns:
       The `DatasetStatistics`, with its `fingerprint`, and `reused` true when read from the

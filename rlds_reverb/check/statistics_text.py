@@ -13,7 +13,7 @@ __all__: list[str] = []
 FieldStatistics = Any
 DatasetStatistics = Any
 
-_WIDTH = 12
+_WIDTH = 13  # -0.000325957 and a space.
 
 
 def format_number(value: float) -> str:

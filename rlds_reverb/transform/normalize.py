@@ -17,10 +17,12 @@ outside the bounds beyond ±1); clipping makes normalization lossy outside the b
 unnormalizing gives back x clipped to [low, high]. Inside them, and everywhere for
 `MEAN_STD` or without clipping, `unnormalize(normalize(x))` is x to float rounding.
 
-Left unchanged, exactly (c = 0, h = 1, no clip): dimensions the `mask` leaves out (a
-gripper dimension, say), zero-variance dimensions (all values equal: std 0, or
-q_high == q_low, min == max in the bounds modes), and dimensions without a finite value in
-the statistics. Nothing is ever divided by zero.
+Left unchanged, exactly (the data's own values, bit for bit, never clipped): dimensions
+the `mask` leaves out (a gripper dimension, say), zero-variance dimensions (all values
+equal: std 0, or q_high == q_low, min == max in the bounds modes), dimensions without a
+finite value in the statistics, and dimensions whose h is not a normal number in the
+data's dtype (a float32 std below 1.2e-38, which TF's flush-to-zero would make 0).
+Nothing is ever divided by zero.
 
 Where it applies. Every leaf named by a field's `/` path (`observation/state`, `action`)
 whose trailing dimensions are the field's per-step shape is transformed, whatever its
@@ -141,7 +143,22 @@ class _Constants:
     shape: tuple[int, ...]
     center: np.ndarray
     half: np.ndarray
-    clip: np.ndarray
+    active: np.ndarray
+    clips: bool
+
+    def cast(self, dtype: tf.DType) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Returns (center, half, active) in `dtype`: a dimension whose constants are not
+        normal finite numbers there (a std below float32's smallest normal, which TF's
+        flush-to-zero would make 0) stays unchanged too."""
+        np_dtype = dtype.as_numpy_dtype
+        center, half = self.center.astype(np_dtype), self.half.astype(np_dtype)
+        usable = np.isfinite(center) & np.isfinite(half) & (half >= np.finfo(np_dtype).tiny)
+        active = self.active & usable
+        return (
+            np.where(active, center, 0).astype(np_dtype),
+            np.where(active, half, 1).astype(np_dtype),
+            active,
+        )
 
 
 def _find_bounds(field: FieldStatistics, how: FieldNormalization) -> tuple[np.ndarray, np.ndarray]:
@@ -175,7 +192,8 @@ def _make_constants(path: str, field: FieldStatistics, how: FieldNormalization) 
         shape=field.shape,
         center=field.reshape(np.where(active, center, 0.0)),
         half=field.reshape(np.where(active, half, 1.0)),
-        clip=field.reshape(active & how.clips),
+        active=field.reshape(active),
+        clips=how.clips,
     )
 
 
@@ -282,14 +300,17 @@ class Normalizer:
             )
         dtype = _compute_dtype(x.dtype)
         value = tf.cast(x, dtype)
-        center = tf.constant(constants.center, dtype)
-        half = tf.constant(constants.half, dtype)
-        if not forward:
-            return value * half + center
-        y = (value - center) / half
-        if not constants.clip.any():
-            return y
-        return tf.where(tf.constant(constants.clip), tf.clip_by_value(y, -1.0, 1.0), y)
+        center, half, active = constants.cast(dtype)
+        if not active.any():
+            return value
+        if forward:
+            changed = (value - tf.constant(center)) / tf.constant(half)
+            if constants.clips:
+                changed = tf.clip_by_value(changed, -1.0, 1.0)
+        else:
+            changed = value * tf.constant(half) + tf.constant(center)
+        # Unchanged dimensions are the data's own values, bit for bit (subnormals too).
+        return changed if active.all() else tf.where(tf.constant(active), changed, value)
 
 
 def _is_rlds(dataset: tf.data.Dataset) -> bool:

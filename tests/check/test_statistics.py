@@ -183,7 +183,7 @@ def plain_reductions(users_plain_dir) -> tuple[dict, list[dict]]:
 def _fold(step_spec, reductions, options) -> statistics_fields.StatisticsTotals:
     totals = statistics.start_totals(step_spec, options)
     for reduced in reductions:
-        totals.add_episode(reduced)
+        totals.add_reduction(reduced)
     return totals
 
 
@@ -302,12 +302,10 @@ def test_options_keep_quantiles_sorted_without_repeats():
     assert options.quantiles == (0.01, 0.99) and options.fields == ('action',)
 
 
-def test_progress_counts_every_episode_and_step(users_dir):
-    seen = []
-    compute_statistics(
-        rlds_reverb.load(users_dir).take(5), progress=lambda e, s: seen.append((e, s))
-    )
-    assert len(seen) == 5 and sum(s for _, s in seen) == sum(
-        len(e[types.STEPS][types.IS_FIRST])
-        for e in users_data.read_numpy(rlds_reverb.load(users_dir).take(5))
-    )
+def test_progress_counts_every_episode_and_step():
+    seen: list[tuple[int, int]] = []
+    lengths = [3, 5, 1] * 7  # 21 episodes: a batch of 16, then 5.
+    episodes = builders.rlds([builders.episode(n) for n in lengths])
+    found = compute_statistics(episodes, progress=lambda e, s: seen.append((e, s)))
+    assert seen == [(16, sum(lengths[:16])), (5, sum(lengths[16:]))]
+    assert (found.episodes, found.steps) == (21, sum(lengths))

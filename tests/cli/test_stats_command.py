@@ -27,7 +27,9 @@ def test_stats_prints_tables_writes_beside_the_data_and_reuses_them(cartpole_cop
     assert 'steps' in err  # The progress bar, on stderr.
     expected = compute_statistics(rlds_reverb.load(cartpole_copy))
     assert printed.startswith(expected.format())
-    header = '  dim        mean         std         min         q01         q99         max'
+    header = '  dim' + ''.join(
+        f'{label:>13}' for label in ('mean', 'std', 'min', 'q01', 'q99', 'max')
+    )
     assert f'\n{header}\n' in printed
     code, again, err = run_cli('stats', cartpole_copy, '--no-progress')
     assert code == 0 and err == ''

@@ -256,6 +256,22 @@ def test_zero_variance_empty_and_masked_dimensions_are_left_unchanged_exactly(mo
     np.testing.assert_allclose(y, reference(x.numpy(), field, how), rtol=1e-6)
 
 
+def test_a_std_below_the_dtypes_smallest_normal_leaves_the_dimension_unchanged():
+    # Found by the round-trip property: a float32 std of 4e-40 is 0 under TF's flush-to-zero.
+    data = np.array([[8.37925e-40, 1.0], [0.0, 3.0]], np.float32)
+    field = _field(data.astype(np.float64))
+    assert 0 < field.std[0] < np.finfo(np.float32).tiny
+    normalizer = Normalizer(_statistics(field), {'action': 'mean_std'})
+    y = normalizer.normalize({'action': tf.constant(data)})['action'].numpy()
+    np.testing.assert_array_equal(y[:, 0], data[:, 0])  # Bit for bit, the subnormal too.
+    np.testing.assert_array_equal(y[:, 1], [-1.0, 1.0])
+    back = normalizer.unnormalize({'action': tf.constant(y)})['action'].numpy()
+    np.testing.assert_array_equal(back, data)
+    # In float64 the same std is a normal number: that dimension is normalized there.
+    wide = normalizer.normalize({'action': tf.constant(data, tf.float64)})['action'].numpy()
+    np.testing.assert_allclose(wide[:, 0], [1.0, -1.0])
+
+
 def test_integer_fields_become_float32_and_float64_stays():
     field = _field(np.array([[0.0], [4.0]]))
     normalizer = Normalizer(_statistics(field), {'action': 'min_max'})
