@@ -8,10 +8,11 @@ action float32[1], 50-step episodes, 200,000 steps).
 Timed, in alternating rounds (medians reported, with the lowest and highest), each from
 opening the dataset to its last episode:
 
-* `load`: `rlds_reverb.load(dir)` read to the end as whole-episode tensors (the limit);
+* `load`: `rlds_reverb.load(dir)` read to the end as whole-episode tensors, in TF
+  (`Dataset.reduce`: no Python per episode; the limit);
 * `statistics`: `compute_statistics(load(dir))`: every numeric field (observation, action,
   reward, discount), q01 and q99, the default sketch capacity;
-* `normalize`: `load(dir).apply(normalize(statistics, ...))` read to the end
+* `normalize`: `load(dir).apply(normalize(statistics, ...))` read to the end, as `load`
   (observation mean/std, action q01/q99 clipped, reward min/max);
 * `reuse`: `ensure_statistics(dir, path=...)` when the saved file is current (the
   fingerprint and the JSON read, no data);
@@ -32,6 +33,8 @@ import tempfile
 import time
 from collections.abc import Callable
 
+import tensorflow as tf
+
 import rlds_reverb
 from benchmarks import disk
 from benchmarks.common import print_row
@@ -50,10 +53,12 @@ _FIELDS = {
 
 
 def _read_all(episodes) -> int:
-    steps = 0
-    for steps_of_episode in episodes_lib.to_episode_tensors(episodes):
-        steps += int(steps_of_episode[types.IS_FIRST].shape[0])
-    return steps
+    """Reads every episode whole, in TF (`Dataset.reduce`: no Python per episode)."""
+    counted = episodes_lib.to_episode_tensors(episodes).reduce(
+        tf.constant(0, tf.int64),
+        lambda total, steps: total + tf.shape(steps[types.IS_FIRST], out_type=tf.int64)[0],
+    )
+    return int(counted)
 
 
 def _timed(fn: Callable[[], object]) -> float:

@@ -49,7 +49,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import tensorflow as tf
 
-from rlds_reverb.check import quantile_sketch
+from rlds_reverb.check import quantile_sketch, statistics_text
 from rlds_reverb.check.statistics_fields import (
     FieldPlan,
     StatisticsTotals,
@@ -244,8 +244,6 @@ class DatasetStatistics:
 
     def format(self) -> str:
         """Returns the statistics as text: a table per field (what `rlds-reverb stats` prints)."""
-        from rlds_reverb.check import statistics_text  # Only when printed.
-
         return statistics_text.format_statistics(self)
 
 
@@ -321,7 +319,9 @@ def read_totals(
         )
         .ragged_batch(EPISODES_PER_CALL)
         .map(
-            episodes_lib.without_autograph(reduce_episode_batch),
+            episodes_lib.without_autograph(
+                lambda stacked: reduce_episode_batch(stacked, totals.values_dtype)
+            ),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
         )

@@ -36,6 +36,8 @@ SKIP_BOOL = 'not numeric (booleans)'
 SKIP_IMAGE = 'an image (uint8 [H, W, C]); name it in fields= to include it'
 SKIP_SHAPE = 'its per-step shape is not fixed'
 SKIP_EMPTY = 'its steps hold no element (a zero-size shape)'
+# Dtypes whose every value float32 holds exactly: their sketch keeps float32 items.
+_FLOAT32_EXACT = frozenset({'float16', 'bfloat16', 'float32', 'int8', 'uint8', 'int16', 'uint16'})
 
 
 @dataclasses.dataclass(frozen=True)
@@ -135,11 +137,18 @@ def stack_fields(steps: types.Nest, plans: Sequence[FieldPlan]) -> tf.Tensor:
     return tf.concat(columns, axis=1) if columns else tf.zeros([length, 0], tf.float64)
 
 
-def reduce_rows(x: tf.Tensor, episodes: tf.Tensor) -> dict[str, tf.Tensor]:
+def find_values_dtype(plans: Sequence[FieldPlan]) -> str:
+    """Returns how the sketch keeps the fields' values: 'float32' when float32 holds every
+    value of every field exactly, else 'float64'."""
+    return 'float32' if all(p.dtype in _FLOAT32_EXACT for p in plans) else 'float64'
+
+
+def reduce_rows(x: tf.Tensor, episodes: tf.Tensor, values_dtype: str) -> dict[str, tf.Tensor]:
     """Reduces the steps `x` (`[N, ΣD]` float64, of `episodes` episodes), in TF.
 
     One set of moments for every dimension (`moments.compute_moments`, in TF) and the
-    values for the quantile sketch: a dozen ops, whatever the number of fields and episodes.
+    values for the quantile sketch (in `values_dtype`): a dozen ops, whatever the number of
+    fields and episodes.
     """
     finite = tf.math.is_finite(x)
     count = tf.reduce_sum(tf.cast(finite, tf.int64), axis=0)
@@ -157,25 +166,27 @@ def reduce_rows(x: tf.Tensor, episodes: tf.Tensor) -> dict[str, tf.Tensor]:
         'maximum': tf.reduce_max(tf.where(finite, x, -inf), axis=0),
         'nan_count': tf.reduce_sum(tf.cast(tf.math.is_nan(x), tf.int64), axis=0),
         'inf_count': tf.reduce_sum(tf.cast(tf.math.is_inf(x), tf.int64), axis=0),
-        'values': x,
+        'values': tf.cast(x, values_dtype),
     }
 
 
 def reduce_episode(steps: types.Nest, plans: Sequence[FieldPlan]) -> dict[str, tf.Tensor]:
     """Reduces one episode's whole `[T, ...]` steps (`reduce_rows`; in a `tf.data` map)."""
-    return reduce_rows(stack_fields(steps, plans), tf.constant(1))
+    return reduce_rows(stack_fields(steps, plans), tf.constant(1), find_values_dtype(plans))
 
 
-def reduce_episode_batch(stacked: tf.Tensor | tf.RaggedTensor) -> dict[str, tf.Tensor]:
+def reduce_episode_batch(
+    stacked: tf.Tensor | tf.RaggedTensor, values_dtype: str
+) -> dict[str, tf.Tensor]:
     """Reduces a `ragged_batch` of `stack_fields` outputs, its episodes end to end.
 
     `ragged_batch` gives a ragged `[B, None, ΣD]` batch, or a dense `[B, T, ΣD]` one when
     every episode has the same static length.
     """
     if isinstance(stacked, tf.RaggedTensor):
-        return reduce_rows(stacked.values, stacked.nrows())
+        return reduce_rows(stacked.values, stacked.nrows(), values_dtype)
     shape = tf.shape(stacked)
-    return reduce_rows(tf.reshape(stacked, [-1, shape[2]]), shape[0])
+    return reduce_rows(tf.reshape(stacked, [-1, shape[2]]), shape[0], values_dtype)
 
 
 class StatisticsTotals:
@@ -200,8 +211,13 @@ class StatisticsTotals:
         ends = np.cumsum([0] + [p.dims for p in self.plans])
         self._slices = {p.path: slice(ends[i], ends[i + 1]) for i, p in enumerate(self.plans)}
         dims = int(ends[-1])
+        self.values_dtype = find_values_dtype(self.plans)
         self.moments = moments_lib.Moments.empty(dims)
-        self.sketch = quantile_sketch.QuantileSketch(dims, capacity=capacity) if dims else None
+        self.sketch = (
+            quantile_sketch.QuantileSketch(dims, capacity=capacity, dtype=self.values_dtype)
+            if dims
+            else None
+        )
 
     def slice_of(self, path: str) -> slice:
         """Returns where the dimensions of the field at `path` sit."""

@@ -127,15 +127,15 @@ def _find_tfds_directory(source: Any, data_dir: Any) -> pathlib.Path | None:
     path = pathlib.Path(source).expanduser()
     if path.is_dir() and (path / _DATASET_INFO).is_file():
         return path.absolute()  # The common case, without importing TFDS.
+    if path.exists() and not any(
+        p for pattern in (f'*/{_DATASET_INFO}', f'*/*/{_DATASET_INFO}') for p in path.glob(pattern)
+    ):
+        return None  # A file (D4RL), or a directory of another kind (Minari).
     from rlds_reverb.read import tfds_dirs  # Imports TFDS.
 
-    if not path.exists():
-        return pathlib.Path(os.fspath(tfds_dirs.open_builder(source, data_dir=data_dir).data_dir))
-    if path.is_dir() and any(path.glob(f'*/{_DATASET_INFO}')) | any(
-        path.glob(f'*/*/{_DATASET_INFO}')
-    ):
+    if path.exists():  # The parent of version (or config) directories.
         return tfds_dirs.find_dataset_directory(path)
-    return None
+    return pathlib.Path(os.fspath(tfds_dirs.open_builder(source, data_dir=data_dir).data_dir))
 
 
 def _statistics_name(split: str) -> str:

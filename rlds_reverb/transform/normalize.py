@@ -217,9 +217,10 @@ class Normalizer:
       fields: `/` path -> a `FieldNormalization` or a `NormalizationMode` (or its value).
 
     Raises:
+      TypeError: If `statistics` is not a `DatasetStatistics`.
       KeyError: If a field (or its `statistics_field`) has no statistics.
-      ValueError: If a mode is not valid, a mask's length is not the field's dimensions,
-        or the statistics lack a `QUANTILES` field's bounds.
+      ValueError: If `fields` is empty, a mode is not valid, a mask's length is not the
+        field's dimensions, or the statistics lack a `QUANTILES` field's bounds.
 
     Example:
       >>> normalizer = Normalizer(statistics, {

@@ -186,9 +186,33 @@ def test_the_sketch_never_changes_the_callers_values():
     np.testing.assert_array_equal(values, copy)
 
 
+def test_float32_items_give_the_float64_quantiles_of_float32_data():
+    rng = np.random.default_rng(3)
+    values = rng.normal(size=(3000, 2)).astype(np.float32)
+    narrow, wide = QuantileSketch(2, dtype=np.float32), QuantileSketch(2)
+    for part in np.array_split(values, 7):
+        narrow.add(part)
+        wide.add(part)
+    found = narrow.compute_quantiles(_LEVELS)
+    assert found.dtype == np.float64
+    np.testing.assert_array_equal(found, np.quantile(values.astype(np.float64), _LEVELS, axis=0))
+    np.testing.assert_array_equal(found, wide.compute_quantiles(_LEVELS))
+    small_narrow, small_wide = (
+        QuantileSketch(2, capacity=16, dtype='float32'),
+        QuantileSketch(2, capacity=16),
+    )
+    small_narrow.add(values)
+    small_wide.add(values)
+    np.testing.assert_array_equal(  # The same compactions, the same items.
+        small_narrow.compute_quantiles(_LEVELS), small_wide.compute_quantiles(_LEVELS)
+    )
+    _check_rank_bound(small_narrow, values.astype(np.float64), _LEVELS)
+
+
 @pytest.mark.parametrize(
     ('kwargs', 'message'),
     [
+        ({'dims': 1, 'dtype': np.int32}, 'expected float32 or float64'),
         ({'dims': 0}, 'dims=0'),
         ({'dims': 1, 'capacity': 3}, 'even'),
         ({'dims': 1, 'capacity': 0}, 'capacity=0'),
@@ -204,3 +228,5 @@ def test_sketches_of_other_shapes_do_not_merge():
         QuantileSketch(2).merge(QuantileSketch(3))
     with pytest.raises(ValueError, match='capacity 8'):
         QuantileSketch(2, capacity=16).merge(QuantileSketch(2, capacity=8))
+    with pytest.raises(ValueError, match='float32'):
+        QuantileSketch(2).merge(QuantileSketch(2, dtype=np.float32))

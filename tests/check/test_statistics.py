@@ -297,6 +297,23 @@ def test_lookups_name_what_is_missing():
     assert 'note' in extras.fields  # A numeric extra field.
 
 
+def test_a_skipped_field_says_why_and_totals_of_other_fields_do_not_merge(users_dir):
+    episodes = rlds_reverb.load(users_dir).take(3)
+    found = compute_statistics(episodes)
+    with pytest.raises(KeyError, match=r"'language_instruction' has no statistics: not numeric"):
+        found['language_instruction']  # noqa: B018
+    step_spec = specs.get_step_spec(episodes)
+    actions = statistics.start_totals(step_spec, StatisticsOptions(fields=['action']))
+    rewards = statistics.start_totals(step_spec, StatisticsOptions(fields=['reward']))
+    with pytest.raises(ValueError, match=r'Cannot merge statistics of other fields'):
+        actions.merge(rewards)
+    smaller = statistics.start_totals(
+        step_spec, StatisticsOptions(fields=['action'], sketch_capacity=64)
+    )
+    with pytest.raises(ValueError, match='capacity 64'):
+        actions.merge(smaller)
+
+
 def test_options_keep_quantiles_sorted_without_repeats():
     options = StatisticsOptions(quantiles=[0.99, 0.01, 0.99], fields=['action'])
     assert options.quantiles == (0.01, 0.99) and options.fields == ('action',)

@@ -13,7 +13,7 @@ import pytest
 
 import rlds_reverb
 from rlds_reverb.check import statistics_files, statistics_json
-from rlds_reverb.check.statistics import compute_statistics
+from rlds_reverb.check.statistics import StatisticsOptions, compute_statistics
 from rlds_reverb.check.statistics_files import ensure_statistics, read_statistics, save_statistics
 from rlds_reverb.core import errors
 from tests import builders, d4rl_files
@@ -219,6 +219,15 @@ def test_missing_sources_and_bad_options_are_refused(tmp_path, dataset_dir):
         ensure_statistics(dataset_dir, fields=['velocity'])
     with pytest.raises(ValueError, match='quantiles'):
         ensure_statistics(dataset_dir, quantiles=[2.0])
+
+
+def test_a_directory_of_several_datasets_is_refused(tmp_path):
+    _write(tmp_path / 'two', seed=0)
+    builders.write_tfds(tmp_path / 'two', _episodes(1), name='other', episodes_per_shard=2)
+    with pytest.raises(errors.SourceError, match='several TFDS datasets'):
+        statistics_files.locate_statistics(
+            tmp_path / 'two', split='train', data_dir=None, path=None, options=StatisticsOptions()
+        )
 
 
 def test_describe_data_and_fingerprints(dataset_dir):
