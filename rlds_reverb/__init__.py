@@ -5,6 +5,8 @@ The verbs, in the order data flows:
     load            open an RLDS dataset (a TFDS directory or name, envlogger, Minari, D4RL,
                     `tf.data`) as whole-episode tensors, through a registry of readers
     validate        check every rule on every episode; name each problem
+    statistics      per-field, per-dimension statistics (`compute_statistics`,
+                    `ensure_statistics`: saved beside the dataset) and `normalize` with them
     adders          (the top-level `adders` package) n-step, GAE, sequences and frame
                     stacking as `tf.data` transforms
     push            write episodes into Reverb tables as items (`items`, `tables`,
@@ -81,9 +83,17 @@ _EXPORTS = {
     'load': 'rlds_reverb.read.loading:load',
     'register_reader': 'rlds_reverb.read.loading:register_reader',
     'write_report': 'rlds_reverb.check.report_html:write_report',
+    'DatasetStatistics': 'rlds_reverb.check.statistics:DatasetStatistics',
+    'compute_statistics': 'rlds_reverb.check.statistics:compute_statistics',
+    'ensure_statistics': 'rlds_reverb.check.statistics_files:ensure_statistics',
     'ValidationReport': 'rlds_reverb.check.validation:ValidationReport',
     'validate': 'rlds_reverb.check.validation:validate',
     'convert_rlds_to_trajectories': 'rlds_reverb.transform.convert:convert_rlds_to_trajectories',
+    'FieldNormalization': 'rlds_reverb.transform.normalize:FieldNormalization',
+    'NormalizationMode': 'rlds_reverb.transform.normalize:NormalizationMode',
+    'Normalizer': 'rlds_reverb.transform.normalize:Normalizer',
+    'normalize': 'rlds_reverb.transform.normalize:normalize',
+    'unnormalize': 'rlds_reverb.transform.normalize:unnormalize',
     'PushOptions': 'rlds_reverb.write.options:PushOptions',
     'PushStats': 'rlds_reverb.write.push:PushStats',
     'push': 'rlds_reverb.write.push:push',
@@ -100,21 +110,26 @@ _EXPORTS = {
     'save_as_rlds': 'rlds_reverb.export.rlds_copy:save_as_rlds',
     # Needs the `beam` extra (Apache Beam); imported only when used.
     'push_with_beam': 'rlds_reverb.distribute.pipeline:push_with_beam',
+    'compute_statistics_with_beam': 'rlds_reverb.distribute.statistics:compute_statistics_with_beam',
 }
 
 __all__ = [
     'CheckpointError',
     'D4rlFileError',
+    'DatasetStatistics',
     'DistributedPushError',
     'EmptyTableError',
     'EndBehavior',
     'EpisodeTooLongError',
     'ExportError',
     'ExportOptions',
+    'FieldNormalization',
     'InvalidEpisodeError',
     'LearnerDataset',
     'LoadOptions',
     'MinariFormatError',
+    'NormalizationMode',
+    'Normalizer',
     'PushError',
     'PushOptions',
     'PushStats',
@@ -135,13 +150,17 @@ __all__ = [
     'ValidationReport',
     '__version__',
     'checkpoints',
+    'compute_statistics',
+    'compute_statistics_with_beam',
     'convert_rlds_to_trajectories',
     'create_trajectory_data_spec',
+    'ensure_statistics',
     'export_table',
     'fetch_server_status',
     'get_rlds_step_features',
     'items',
     'load',
+    'normalize',
     'observers',
     'priorities',
     'push',
@@ -152,6 +171,7 @@ __all__ = [
     'save_as_rlds',
     'seed_server',
     'tables',
+    'unnormalize',
     'validate',
     'write_report',
 ]
@@ -159,6 +179,9 @@ __all__ = [
 if TYPE_CHECKING:
     # The same names as `_EXPORTS`, written out for type checkers and IDEs (never run).
     from rlds_reverb.check.report_html import write_report as write_report
+    from rlds_reverb.check.statistics import DatasetStatistics as DatasetStatistics
+    from rlds_reverb.check.statistics import compute_statistics as compute_statistics
+    from rlds_reverb.check.statistics_files import ensure_statistics as ensure_statistics
     from rlds_reverb.check.validation import ValidationReport as ValidationReport
     from rlds_reverb.check.validation import validate as validate
     from rlds_reverb.core.errors import CheckpointError as CheckpointError
@@ -184,6 +207,9 @@ if TYPE_CHECKING:
     from rlds_reverb.core.types import EndBehavior as EndBehavior
     from rlds_reverb.core.types import ValidationMode as ValidationMode
     from rlds_reverb.distribute.pipeline import push_with_beam as push_with_beam
+    from rlds_reverb.distribute.statistics import (
+        compute_statistics_with_beam as compute_statistics_with_beam,
+    )
     from rlds_reverb.export.options import ExportOptions as ExportOptions
     from rlds_reverb.export.recorder import RldsRecorder as RldsRecorder
     from rlds_reverb.export.reverb_export import export_table as export_table
@@ -204,6 +230,11 @@ if TYPE_CHECKING:
     from rlds_reverb.transform.convert import (
         convert_rlds_to_trajectories as convert_rlds_to_trajectories,
     )
+    from rlds_reverb.transform.normalize import FieldNormalization as FieldNormalization
+    from rlds_reverb.transform.normalize import NormalizationMode as NormalizationMode
+    from rlds_reverb.transform.normalize import Normalizer as Normalizer
+    from rlds_reverb.transform.normalize import normalize as normalize
+    from rlds_reverb.transform.normalize import unnormalize as unnormalize
     from rlds_reverb.write import observers as observers
     from rlds_reverb.write.options import PushOptions as PushOptions
     from rlds_reverb.write.push import PushStats as PushStats

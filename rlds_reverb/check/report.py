@@ -9,8 +9,9 @@ totals, exact histograms of fixed size (`StreamingHistogram`) and a few kept sam
 memory does not grow with the number of steps (per episode, only its length and return
 are kept, as `info` keeps them).
 
-So the key figures are `info`'s (`DatasetStats`, from `summary.summarize_episodes`) and the
-validation table is `validate(..., on_invalid='report')`'s, without reading the data twice.
+So the key figures are `info`'s (`DatasetStats`, from `summary.summarize_episodes`), the
+validation table is `validate(..., on_invalid='report')`'s and the per-dimension statistics
+`compute_statistics`', without reading the data twice.
 `report_html.write_report` renders the figures as one self-contained HTML page.
 """
 
@@ -24,8 +25,10 @@ import numpy as np
 import tensorflow as tf
 import tree
 
+from rlds_reverb.check import statistics as statistics_lib
 from rlds_reverb.check import stats, summary, validation
 from rlds_reverb.check.histogram import StreamingHistogram
+from rlds_reverb.check.statistics_fields import plan_fields, reduce_episode
 from rlds_reverb.check.summary import DatasetStats
 from rlds_reverb.check.validation import ValidationReport
 from rlds_reverb.core import checks, specs, types
@@ -46,6 +49,8 @@ MAX_DISTINCT_COUNTED = 10_000
 # Image fields: uint8 steps of shape [H, W, C] with one of these channel counts.
 _IMAGE_CHANNELS = (1, 3, 4)
 _SEPARATOR = '.'
+# The statistics a report shows: every numeric step field, q01 and q99.
+_STATISTICS = statistics_lib.StatisticsOptions()
 
 
 @dataclasses.dataclass
@@ -134,6 +139,7 @@ class DatasetReport:
       frames: The first and last frames of the first few episodes, per image field.
       unreadable: The indices of episodes that did not decode (in `validation`, and left
         out of every figure).
+      statistics: Per numeric field and dimension, as `compute_statistics` gives them.
     """
 
     title: str
@@ -144,6 +150,7 @@ class DatasetReport:
     actions: list[ActionDistribution]
     frames: list[FrameSample]
     unreadable: list[int] = dataclasses.field(default_factory=list)
+    statistics: statistics_lib.DatasetStatistics | None = None
 
 
 def _join(path: tuple) -> str:
@@ -224,6 +231,7 @@ class _Fields:
             # Histograms need a fixed number of dimensions.
             if self.specs[n].dtype != tf.string and self.specs[n].shape.is_fully_defined()
         ]
+        self.statistics_plans = plan_fields(step_spec, None)[0]
 
     def summarize(self, episode: dict) -> dict[str, Any]:
         """Reduces one episode (whole `[T, ...]` step tensors) to what the report needs."""
@@ -238,6 +246,7 @@ class _Fields:
             'frames': {n: _first_and_last(flat[n]) for n in self.images},
             'strings': {n: _distinct_strings(flat[n]) for n in self.strings},
             'metadata': {k: v for k, v in episode.items() if k != types.STEPS},
+            'statistics': reduce_episode(steps, self.statistics_plans),
         }
 
 
@@ -379,6 +388,7 @@ class _ReportTotals:
         metadata = {k: v for k, v in episodes.element_spec.items() if k != types.STEPS}
         self.metadata_totals = _make_field_totals(_flatten(metadata), samples)
         self.actions = {n: _ActionTotals(n, self.fields.specs[n]) for n in self.fields.actions}
+        self.statistics = statistics_lib.start_totals(step_spec, _STATISTICS)
         self.validation = ValidationReport()
         self.lengths: list[int] = []
         self.terminal: list[bool] = []
@@ -408,6 +418,7 @@ class _ReportTotals:
             self.metadata_totals[name].add_values(values)
         for name, values in found['actions'].items():
             self.actions[name].add(values)
+        self.statistics.add_reduction(found['statistics'])
         if index < self.frame_episodes:
             self.frames += [
                 FrameSample(name, index, pair[0], pair[-1])
@@ -428,6 +439,7 @@ class _ReportTotals:
             actions=[totals.finish() for totals in self.actions.values()],
             frames=sorted(self.frames, key=lambda f: (f.field, f.episode)),
             unreadable=self.unreadable,
+            statistics=statistics_lib.finish_statistics(self.statistics, _STATISTICS),
         )
 
 

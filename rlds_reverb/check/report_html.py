@@ -19,6 +19,7 @@ import numpy as np
 import tensorflow as tf
 
 from rlds_reverb.check import report as report_lib
+from rlds_reverb.check import statistics_text
 from rlds_reverb.check.report import DatasetReport, FieldSummary, FrameSample
 from rlds_reverb.check.report_images import (
     MAX_ACTION_DIMS,
@@ -36,6 +37,8 @@ __all__ = ['check_output_path', 'render_html', 'save_report', 'write_report']
 MAX_PROBLEM_ROWS = 200
 # Longest string sample shown, in characters.
 MAX_SAMPLE_CHARS = 200
+# Dimensions of a field shown in its statistics table before "and N more".
+MAX_STATISTICS_DIMS = 64
 _FRAME_WIDTH_PX = 96
 
 _CSS = """
@@ -162,6 +165,32 @@ def _fields_table(fields: Sequence[FieldSummary]) -> str:
     return _table(['field', 'dtype', 'shape', 'min', 'max', 'mean', 'NaN'], rows, {3, 4, 5, 6})
 
 
+def _statistics_section(statistics) -> str:
+    """A table per field: count, mean, std, min, quantiles, max per dimension, and notes."""
+    parts = []
+    for field in statistics.fields.values():
+        columns = statistics_text.list_columns(field)
+        rows = [
+            [str(d), str(field.count[d])]
+            + [escape_html(statistics_text.format_number(v[d])) for _, v in columns]
+            for d in range(min(field.dims, MAX_STATISTICS_DIMS))
+        ]
+        notes = statistics_text.describe_notes(field)
+        if field.dims > MAX_STATISTICS_DIMS:
+            notes.append(f'the first {MAX_STATISTICS_DIMS} of {field.dims} dimensions shown')
+        headers = ['dim', 'count', *(label for label, _ in columns)]
+        parts.append(
+            f'<h3><code>{escape_html(field.path)}</code> <span class="note">'
+            f'{escape_html(field.dtype)}{escape_html(_shape_text(field.shape))}</span></h3>'
+            + _table(headers, rows, set(range(len(headers))))
+            + ''.join(f'<p class="note">{escape_html(n)}</p>' for n in notes)
+        )
+    if statistics.skipped:
+        left = '; '.join(f'{path}: {why}' for path, why in statistics.skipped.items())
+        parts.append(f'<p class="note">No statistics for {escape_html(left)}.</p>')
+    return ''.join(parts) or '<p class="note">No numeric step field.</p>'
+
+
 def _string_samples(fields: Sequence[FieldSummary]) -> str:
     parts = []
     for field in fields:
@@ -285,6 +314,9 @@ def render_html(report: DatasetReport) -> str:
             if a.dims and (a.categories is not None or a.histograms)
         )
         sections.append(_section('Actions', 'actions', plots))
+    if report.statistics is not None:
+        body = _statistics_section(report.statistics)
+        sections.append(_section('Statistics', 'statistics', body))
     sections.append(_section('Validation', 'validation', _validation_section(report)))
     if report.frames:
         sections.append(_section('Frames', 'frames', _frames_section(report.frames)))
@@ -389,11 +421,13 @@ def write_report(
     The page holds the key figures of `rlds-reverb info` (episodes, steps, endings, length
     and return), histograms of episode length and return, a table of the step fields (dtype,
     shape, min, max, mean, NaN count), the action distribution (bars for discrete actions,
-    a histogram per dimension for continuous ones), the validation report, a strip of the
-    first and last frames of a few episodes per image field, sample values of string fields
-    and a summary of the episode metadata. Plots and frames are PNG images inside the page:
-    it opens without a network. The page is written to a temporary file beside `path` and
-    renamed into place, so `path` never holds half a report.
+    a histogram per dimension for continuous ones), a statistics table per numeric field
+    (per dimension: count, mean, std, min, q01, q99, max; `compute_statistics`), the
+    validation report, a strip of the first and last frames of a few episodes per image
+    field, sample values of string fields and a summary of the episode metadata. Plots and
+    frames are PNG images inside the page: it opens without a network. The page is written
+    to a temporary file beside `path` and renamed into place, so `path` never holds half a
+    report.
 
     Args:
       episodes: An RLDS dataset (see `rlds_reverb.core.types`), as `rlds_reverb.load` gives.

@@ -28,6 +28,7 @@ from rlds_reverb.cli import (
     export_commands,
     report_command,
     reverb_commands,
+    stats_command,
     status_command,
 )
 from rlds_reverb.cli.common import (
@@ -100,6 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
         export_commands.add_record_parser,
         convert_command.add_convert_parser,
         report_command.add_report_parser,
+        stats_command.add_stats_parser,
         status_command.add_status_parser,
     ):
         sub = add_parser(subparsers)

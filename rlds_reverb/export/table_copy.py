@@ -115,7 +115,7 @@ def _make_light_item_class():
     (for whole-episode items, a full parse took about 90% of an export).
     """
     # protobuf ships no type stubs here (types-protobuf is not a dependency).
-    from google.protobuf import (  # type: ignore[import-untyped]
+    from google.protobuf import (  # type: ignore[import-untyped, unused-ignore]
         descriptor_pb2,
         descriptor_pool,
         message_factory,

@@ -154,3 +154,27 @@ def sample(address: str) -> None:
     options = rlds_reverb.SamplingOptions(batch_size=32, beta=0.4)
     mixed = rlds_reverb.LearnerDataset(address, 'replay', data_spec=spec, options=options)
     mixed.stop()
+
+
+def normalize_with_statistics(directory: str) -> float:
+    """Statistics saved beside the data, and normalization with them."""
+    statistics: rlds_reverb.DatasetStatistics = rlds_reverb.ensure_statistics(
+        directory, quantiles=[0.01, 0.99]
+    )
+    q99: float = float(statistics['action'].get_quantile(0.99)[0])
+    fields = {
+        'action': rlds_reverb.FieldNormalization(
+            mode=rlds_reverb.NormalizationMode.QUANTILES, mask=[True] * 6 + [False]
+        ),
+        'observation/state': 'mean_std',
+    }
+    episodes = rlds_reverb.load(directory).apply(rlds_reverb.normalize(statistics, fields))
+    back = episodes.apply(rlds_reverb.unnormalize(statistics, fields))
+    normalizer = rlds_reverb.Normalizer(statistics, fields)
+    del back, normalizer
+    wrong: str = rlds_reverb.compute_statistics(episodes)  # type: ignore[assignment]
+    del wrong
+    with_beam: rlds_reverb.DatasetStatistics = rlds_reverb.compute_statistics_with_beam(
+        directory, pipeline_options=['--runner=DirectRunner']
+    )
+    return q99 + float(with_beam.steps)
