@@ -16,9 +16,11 @@ tensors. It also accepts the faster episode-tensor form
 | `gae(gamma, lambda_, value_fn=, value_field=)` | `advantage`, `return`, `value` |
 | `sequences(length, period, end=, burn_in=)` | windows with `mask`, `is_burn_in` |
 | `stack_frames(k)` | observation -> `[k, ...]` stack |
+| `chunks(history, horizon)` | observation -> `[W, ...]`, action -> `[H, ...]`, four masks |
 | `to_dqn_transitions()` | TF-Agents `Transition`s for `DqnAgent(n_step_update=n)` |
 """
 
+from adders.chunks import ChunkOptions, chunks, fill_padding
 from adders.gae import add_gae_fields, gae
 from adders.nstep import add_n_step_fields, n_step
 from adders.sequences import sequences
@@ -27,9 +29,12 @@ from adders.transitions import to_dqn_transitions
 from rlds_reverb.core.types import EndBehavior
 
 __all__ = [
+    'ChunkOptions',
     'EndBehavior',
     'add_gae_fields',
     'add_n_step_fields',
+    'chunks',
+    'fill_padding',
     'gae',
     'n_step',
     'sequences',

@@ -233,9 +233,7 @@ def _gather(nest: types.Nest, index: tf.Tensor, pad: tf.Tensor, fill: types.PadF
     return tf.nest.map_structure(lambda x: tf.gather(x, index), nest)
 
 
-def compute_chunks(
-    steps: types.Step, bounds: _episode.Bounds, options: ChunkOptions
-) -> types.Step:
+def compute_chunks(steps: types.Step, bounds: _episode.Bounds, options: ChunkOptions) -> types.Step:
     """Returns a flat stream of whole episodes with histories, chunks and their masks.
 
     Example:
@@ -244,9 +242,7 @@ def compute_chunks(
     history_index, chunk_index, masks = compute_chunk_indices(bounds, options)
     out = compute_terminal_discounts(steps, bounds)
     for field in options.history_fields:
-        out[field] = _gather(
-            steps[field], history_index, masks[types.HISTORY_IS_PAD], options.fill
-        )
+        out[field] = _gather(steps[field], history_index, masks[types.HISTORY_IS_PAD], options.fill)
     for field in options.chunk_fields:
         out[field] = _gather(steps[field], chunk_index, masks[types.CHUNK_IS_PAD], options.fill)
     return {**out, **masks}
@@ -254,6 +250,7 @@ def compute_chunks(
 
 def _fill_positions(x: tf.Tensor, index: tf.Tensor, pad: tf.Tensor, fill: types.PadFill):
     """Returns `x` (`[..., P, ...]`) with padded positions refilled: gathered or zeroed."""
+    x = tf.convert_to_tensor(x)
     if fill is types.PadFill.ZERO:
         return tf.where(episodes.expand_like(pad, x), tf.zeros_like(x), x)
     axis = pad.shape.rank - 1
@@ -279,8 +276,8 @@ def fill_padding(chunked: types.Nest, options: ChunkOptions) -> types.Nest:
     Example:
       >>> batch = fill_padding(sample.data, item.options)
     """
-    history_pad = chunked[types.HISTORY_IS_PAD]
-    chunk_pad = chunked[types.CHUNK_IS_PAD]
+    history_pad = tf.convert_to_tensor(chunked[types.HISTORY_IS_PAD])
+    chunk_pad = tf.convert_to_tensor(chunked[types.CHUNK_IS_PAD])
     # Padding is a prefix of a history and a suffix of a chunk.
     before = tf.reduce_sum(tf.cast(history_pad, tf.int32), -1, keepdims=True)
     history_index = tf.minimum(tf.maximum(tf.range(options.history), before), options.history - 1)
