@@ -3,6 +3,14 @@
 `items.Chunk` (defined here, public in `rlds_reverb.transform.items`): one item per step,
 the history and the chunk referencing different rows of one window, so that overlapping
 items share every stored step.
+
+TODO(export): `export_table` has no rebuilder for chunk items yet; it refuses their tables
+(they hold no `mask` field). A rebuilder would read items pushed with `add_ids=True`: the
+step fields of step t are the item's own (no time axis), its observation history position
+W - 1 and chunk position 0 (a_t). That rebuilds every step under RECORDED; under IGNORED
+the last step has no item, so o_L and its flags are in no item (export would need the
+last step carried, e.g. as an extra item or field). To be placed with export/'s
+restructuring (its kind detection, `detect_export_kind`).
 """
 
 from __future__ import annotations

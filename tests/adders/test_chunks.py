@@ -226,6 +226,22 @@ def test_octo_marks_padding_from_one_position_later():
     )
 
 
+def test_n_step_fields_before_chunks_are_the_chunks_rl_target():
+    episodes = [builders.episode(5, ending='truncated'), builders.episode(3)]
+    out = builders.run_transform(
+        lambda data: data.apply(adders.n_step(3, 0.5)).apply(adders.chunks(2, 3)),
+        episodes,
+        'rlds',
+    )
+    n_step = builders.run_transform(adders.n_step(3, 0.5), episodes, 'rlds')
+    for steps, want in zip(out, n_step, strict=True):
+        for field in (types.N_STEP_RETURN, types.NEXT_OBSERVATION, types.N_STEP_LENGTH):
+            np.testing.assert_array_equal(steps[field], want[field])
+        # The n-step window is the chunk's real positions (under 'ignored').
+        real = (~steps[types.CHUNK_IS_PAD]).sum(-1)
+        np.testing.assert_array_equal(steps[types.N_STEP_LENGTH], real)
+
+
 # --- Strings, fill_padding, TFDS data ----------------------------------------------------
 
 
