@@ -40,6 +40,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
+from typing import cast
 
 import tensorflow as tf
 
@@ -241,10 +242,11 @@ def compute_chunks(steps: types.Step, bounds: _episode.Bounds, options: ChunkOpt
     """
     history_index, chunk_index, masks = compute_chunk_indices(bounds, options)
     out = compute_terminal_discounts(steps, bounds)
+    fill = cast(types.PadFill, options.fill)  # Made an enum by ChunkOptions.
     for field in options.history_fields:
-        out[field] = _gather(steps[field], history_index, masks[types.HISTORY_IS_PAD], options.fill)
+        out[field] = _gather(steps[field], history_index, masks[types.HISTORY_IS_PAD], fill)
     for field in options.chunk_fields:
-        out[field] = _gather(steps[field], chunk_index, masks[types.CHUNK_IS_PAD], options.fill)
+        out[field] = _gather(steps[field], chunk_index, masks[types.CHUNK_IS_PAD], fill)
     return {**out, **masks}
 
 
@@ -284,14 +286,14 @@ def fill_padding(chunked: types.Nest, options: ChunkOptions) -> types.Nest:
     real = options.horizon - tf.reduce_sum(tf.cast(chunk_pad, tf.int32), -1, keepdims=True)
     positions = tf.range(options.horizon)
     chunk_index = tf.where(real > 0, tf.minimum(positions, real - 1), positions)
+    fill = cast(types.PadFill, options.fill)  # Made an enum by ChunkOptions.
     out = dict(chunked)
     for field in options.history_fields:
         out[field] = tf.nest.map_structure(
-            lambda x: _fill_positions(x, history_index, history_pad, options.fill),
-            chunked[field],
+            lambda x: _fill_positions(x, history_index, history_pad, fill), chunked[field]
         )
     for field in options.chunk_fields:
         out[field] = tf.nest.map_structure(
-            lambda x: _fill_positions(x, chunk_index, chunk_pad, options.fill), chunked[field]
+            lambda x: _fill_positions(x, chunk_index, chunk_pad, fill), chunked[field]
         )
     return out

@@ -30,6 +30,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Sequence
+from typing import cast
 
 import tensorflow as tf
 
@@ -212,7 +213,7 @@ def compute_goal_steps(
     elif p == 1:
         k = tf.ones_like(u)  # Geometric(1): always the next step.
     else:
-        log_q = math.log1p(-float(p))  # log(1 - p) < 0
+        log_q = math.log1p(-float(cast(float, p)))  # log(1 - p) < 0
         absorbed = 1.0 + tf.floor(tf.math.log1p(-u) / log_q)  # then min(t + k, L)
         mass = -tf.math.expm1(left * log_q)  # 1 - q^n: the recorded future's probability
         conditioned = 1.0 + tf.floor(tf.math.log1p(-u * mass) / log_q)
@@ -237,8 +238,9 @@ def compute_goals(steps: types.Step, index: tf.Tensor, options: GoalOptions) -> 
     uniform = tf.random.stateless_uniform([size], seed=seed, dtype=tf.float64)
     terminal = tf.reduce_any(steps[types.IS_TERMINAL][size - 1 :])
     p = None if options.p is None else float(options.p)
-    goal_steps = compute_goal_steps(uniform, terminal, options.strategy, p)
-    field = _get_path(steps, options.goal_field)
+    strategy = cast(types.GoalStrategy, options.strategy)  # Made enums by GoalOptions.
+    goal_steps = compute_goal_steps(uniform, terminal, strategy, p)
+    field = _get_path(steps, tuple(options.goal_field))
     goal = tf.nest.map_structure(lambda x: tf.gather(x, goal_steps), field)
     out = {**steps, types.GOAL: goal, types.GOAL_OFFSET: goal_steps - tf.range(size)}
     if options.reward_fn is None and options.success_fn is None:

@@ -328,7 +328,7 @@ class TrajectoryEngine(_Engine):
             self._appended = 0
         return self._take_count()
 
-    def _create_stream_item(self, stream: items_lib.WindowPattern) -> None:
+    def _create_stream_item(self, stream: item_base.WindowPattern) -> None:
         """Creates the stream window (CONTINUE) ending at the row just appended, if any."""
         start = self._appended - stream.length
         if start >= 0 and start % stream.period == 0:
