@@ -42,6 +42,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import cast
 
+import numpy as np
 import tensorflow as tf
 
 from adders import _episode
@@ -179,8 +180,8 @@ def chunks(
 
 
 def _column(x: tf.Tensor) -> tf.Tensor:
-    """Returns `[N]` (or scalar) bounds as `[N, 1]` (or `[1]`), to broadcast over positions."""
-    return tf.expand_dims(x, -1)
+    """Returns `[N]` bounds as `[N, 1]`, to broadcast over positions; scalars as they are."""
+    return x if x.shape.rank == 0 else tf.expand_dims(x, -1)
 
 
 def compute_chunk_indices(
@@ -192,19 +193,22 @@ def compute_chunk_indices(
       `(history_index [N, W], chunk_index [N, H], masks)`: the indices clamped into each
       step's episode as EDGE fills them (the nearest real step), and the four mask fields.
     """
+    # Few traced ops: each costs per episode (offsets are constants, scalar bounds of one
+    # episode broadcast as they are).
     first, last = _column(bounds.first), _column(bounds.last)
     recorded = options.final_action is types.FinalAction.RECORDED
     # E, the last real action; values clamp to it, at least to the episode's first step.
     end = last if recorded else last - 1
-    history_index = bounds.t[:, None] + tf.range(1 - options.history, 1)[None, :]
-    chunk_index = bounds.t[:, None] + tf.range(options.horizon)[None, :]
+    t = tf.expand_dims(bounds.t, 1)
+    history_index = t + np.arange(1 - options.history, 1, dtype=np.int32)[None, :]
+    chunk_index = t + np.arange(options.horizon, dtype=np.int32)[None, :]
     past_end = chunk_index > end
     terminal = _column(bounds.terminal)
     masks = {
         types.HISTORY_IS_PAD: history_index < first,
         types.CHUNK_IS_PAD: past_end,
-        types.CHUNK_IS_TRUNCATED: past_end & tf.logical_not(terminal),
-        types.CHUNK_IS_TERMINATED: past_end & terminal,
+        types.CHUNK_IS_TRUNCATED: tf.logical_and(past_end, tf.logical_not(terminal)),
+        types.CHUNK_IS_TERMINATED: tf.logical_and(past_end, terminal),
     }
     history_index = tf.maximum(history_index, first)
     chunk_index = tf.minimum(chunk_index, tf.maximum(end, first))
