@@ -72,6 +72,9 @@ class Chunk(ItemKind):
       final_action: `types.FinalAction` or its name ('ignored', the default; 'recorded').
       fill: `types.PadFill` or its name ('edge', the default; 'zero').
 
+    Raises:
+      ValueError: If an option is invalid (see `adders.ChunkOptions`).
+
     Example:
       >>> item = items.Chunk(2, 8, final_action='recorded')
       >>> rlds_reverb.push(episodes, address, 'chunks', item=item)

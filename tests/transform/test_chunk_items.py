@@ -150,6 +150,23 @@ def test_chunk_items_reach_a_learner_with_ids_and_priorities():
         assert batch.info.priority[i].numpy() == pytest.approx(real)
 
 
+def test_chunk_items_carry_encoded_frames_as_bytes():
+    frames = np.array([b'png-%d' % t for t in range(5)])
+    episodes = [builders.episode(observation={'frame': frames}, ending='truncated')]
+    item = items.Chunk(3, 2, fill='zero')
+    dataset = builders.rlds(episodes)
+    with serving(item, dataset) as address:
+        stats = rlds_reverb.push(dataset, address, 'chunks', item=item)
+        samples = read_all(address, stats.items['chunks'])
+    got = [sample[types.OBSERVATION]['frame'].tolist() for sample in samples]
+    assert got == [
+        [b'', b'', b'png-0'],
+        [b'', b'png-0', b'png-1'],
+        [b'png-0', b'png-1', b'png-2'],
+        [b'png-1', b'png-2', b'png-3'],
+    ]
+
+
 def test_chunk_item_spec_is_the_adders_step_spec():
     dataset = builders.rlds([builders.episode(3)])
     item = items.Chunk(2, 5, history_fields=('observation', 'reward'))
