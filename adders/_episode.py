@@ -125,7 +125,8 @@ def bounds_from_splits(is_terminal: tf.Tensor, row_splits: tf.Tensor) -> Bounds:
 def episode_bounds(steps: types.Step) -> Bounds:
     """Returns the `Bounds` of one whole episode's `[T, ...]` steps."""
     size = episodes.episode_length(steps)
-    terminal = tf.reduce_any(steps[types.IS_TERMINAL][size - 1 :])
+    # A constant slice (one op; `[size - 1:]` traces five): empty, so False, when T = 0.
+    terminal = tf.reduce_any(steps[types.IS_TERMINAL][-1:])
     return Bounds(t=tf.range(size), first=tf.constant(0), last=size - 1, terminal=terminal)
 
 

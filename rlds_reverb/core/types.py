@@ -19,6 +19,9 @@ from typing import Any
 __all__ = [
     'ACTION',
     'ADVANTAGE',
+    'CHUNK_IS_PAD',
+    'CHUNK_IS_TERMINATED',
+    'CHUNK_IS_TRUNCATED',
     'DATA_VERSION',
     'DISCOUNT',
     'EPISODE_ID',
@@ -27,6 +30,12 @@ __all__ = [
     'EpisodeOverflow',
     'ExtraFields',
     'FLAG_FIELDS',
+    'FinalAction',
+    'GOAL',
+    'GOAL_OFFSET',
+    'GOAL_REACHED',
+    'GoalStrategy',
+    'HISTORY_IS_PAD',
     'IS_BURN_IN',
     'IS_FIRST',
     'IS_LAST',
@@ -40,6 +49,7 @@ __all__ = [
     'Nest',
     'OBSERVATION',
     'POLICY_INFO',
+    'PadFill',
     'REQUIRED_STEP_FIELDS',
     'RETURN',
     'REWARD',
@@ -80,6 +90,17 @@ EPISODE_ID = 'episode_id'
 STEP_INDEX = 'step_index'
 # The step field of a TF-Agents policy info that is not a dict (recorder, export).
 POLICY_INFO = 'policy_info'
+# Added by `adders.chunks` (docs/semantics.md §12): true where a window position holds no
+# real data (before the episode's start; past its last real action, by time limit or by
+# termination).
+HISTORY_IS_PAD = 'history_is_pad'
+CHUNK_IS_PAD = 'chunk_is_pad'
+CHUNK_IS_TRUNCATED = 'chunk_is_truncated'
+CHUNK_IS_TERMINATED = 'chunk_is_terminated'
+# Added by `adders.relabel_goals` (docs/semantics.md §13).
+GOAL = 'goal'
+GOAL_OFFSET = 'goal_offset'
+GOAL_REACHED = 'goal_reached'
 
 # The step fields every RLDS step must hold, in TF-Agents' order.
 REQUIRED_STEP_FIELDS: tuple[str, ...] = (
@@ -163,6 +184,49 @@ class EndBehavior(enum.Enum):
     DROP = 'drop'
     LAST = 'last'
     CONTINUE = 'continue'
+
+
+class FinalAction(enum.Enum):
+    """Whether the action of an episode's last step is data (docs/semantics.md §12).
+
+    RLDS says the action of a step with `is_last` is not meaningful (o_L is where the
+    episode ends: no action is taken there); robot datasets often record one anyway, and
+    Octo and LeRobot train on it. For an episode of 4 steps (L = 3), chunks of 3 actions:
+
+    IGNORED: RLDS' definition (the default): the last real action is a_{L-1}; a chunk
+        position past it is padding. Step 2's chunk: `[a2 + +]`; step 3's: `[+ + +]`.
+    RECORDED: the last step's action is real (Octo, LeRobot); the last real action is
+        a_L. Step 2's chunk: `[a2 a3 +]`; step 3's: `[a3 + +]`.
+    """
+
+    IGNORED = 'ignored'
+    RECORDED = 'recorded'
+
+
+class PadFill(enum.Enum):
+    """What a padded window position holds (docs/semantics.md §12); its mask says it is padding.
+
+    EDGE: the nearest real value: o_0 before the episode's start, the last real action
+        after its end (as Octo and LeRobot fill them).
+    ZERO: zeros (empty strings for `tf.string` leaves).
+    """
+
+    EDGE = 'edge'
+    ZERO = 'zero'
+
+
+class GoalStrategy(enum.Enum):
+    """Which future step gives a step its relabeled goal (docs/semantics.md §13).
+
+    FUTURE: uniform over the steps after t (t + 1 .. L).
+    GEOMETRIC: t + k with k ~ Geometric(p) on {1, 2, ...}: past a terminal end the mass
+        stays on o_L (a terminal state is absorbing); a truncated episode's unrecorded
+        future is left out (k conditioned on t + k <= L).
+    The last step, with no future, is its own goal (offset 0).
+    """
+
+    FUTURE = 'future'
+    GEOMETRIC = 'geometric'
 
 
 class EpisodeOverflow(enum.Enum):

@@ -12,6 +12,7 @@ overlapping items share their steps and no observation is stored twice.
 | `NStep(n, gamma)` | n-step transitions | dict, no time axis | T - 1 |
 | `Sequence(length, period, end)` | steps + `mask` | dict of `[length, ...]` | see below |
 | `Episode(max_length)` | steps + `mask` | dict of `[max_length, ...]` | 1 (or chunks) |
+| `Chunk(history, horizon)` | steps + masks | one step, `[W, ...]` history, `[H, ...]` chunk | T or T - 1 |
 
 `TwoStep` items are exactly those TF-Agents' `ReverbAddTrajectoryObserver(sequence_length=2,
 stride_length=1)` writes when fed `convert_rlds_to_trajectories`: the pairs (t, t + 1) of
@@ -36,7 +37,6 @@ A longer episode is an error unless `overflow` says to split it into `max_length
 
 from __future__ import annotations
 
-import abc
 import dataclasses
 from collections.abc import Callable
 from typing import cast
@@ -47,10 +47,12 @@ from adders import nstep
 from adders.sequences import compute_window_starts
 from rlds_reverb.core import checks, specs, types
 from rlds_reverb.core import episodes as episodes_lib
-from rlds_reverb.core.specs import PolicyInfoFn
-from rlds_reverb.transform import convert
+from rlds_reverb.transform import convert, item_base
+from rlds_reverb.transform.chunk_items import Chunk
+from rlds_reverb.transform.item_base import ItemKind, WindowPattern
 
 __all__ = [
+    'Chunk',
     'Episode',
     'EpisodeOverflow',
     'ItemKind',
@@ -66,33 +68,6 @@ EpisodeOverflow = types.EpisodeOverflow
 ItemName = types.ItemName
 
 
-@dataclasses.dataclass(frozen=True)
-class WindowPattern:
-    """Items a `reverb.StructuredWriter` can create alone: fixed windows of the newest rows.
-
-    Every `period` rows (once `length` rows are there) an item of the last `length` rows
-    is created; with `squeeze`, `length` is 1 and the item is that row without a time axis.
-    `rlds_reverb.write.configs` turns this into StructuredWriter configs.
-    """
-
-    length: int
-    period: int = 1
-    squeeze: bool = False
-
-
-def _null_rows(rows: types.Nest, count: int) -> types.Nest:
-    """Returns `count` zero rows shaped like `rows` (flags false, `mask` false)."""
-    return tf.nest.map_structure(
-        lambda x: tf.zeros(tf.concat([[count], tf.shape(x)[1:]], 0), x.dtype), rows
-    )
-
-
-def _append_padding(rows: types.Nest, count: int) -> types.Nest:
-    """Returns `rows` followed by `count` null rows."""
-    padding = _null_rows(rows, count)
-    return tf.nest.map_structure(lambda x, p: tf.concat([x, p], 0), rows, padding)
-
-
 def compute_sequence_windows(
     size: tf.Tensor, length: int, period: int, end: types.EndBehavior
 ) -> tuple[tf.Tensor, tf.Tensor]:
@@ -105,58 +80,6 @@ def compute_sequence_windows(
     if end is types.EndBehavior.TRUNCATE:
         return starts, tf.minimum(length, size - starts)
     return starts, tf.fill(tf.shape(starts), length)
-
-
-class ItemKind(abc.ABC):
-    """Base class: rows, windows, configs and the item spec of one kind of item.
-
-    Subclasses fill in `compute_rows`, `compute_windows` and `compute_item_spec`; the
-    writer does the rest.
-    """
-
-    # Whether an item is a single row without a time axis.
-    squeeze: bool = False
-    # Whether windows may cross into the next episode.
-    crosses_episodes: bool = False
-
-    def prepare_episodes(self, episodes: tf.data.Dataset) -> tf.data.Dataset:
-        """Returns the RLDS dataset the rows are computed from (a hook; identity here)."""
-        return episodes
-
-    @abc.abstractmethod
-    def compute_rows(self, steps: types.Nest, *, policy_info_fn: PolicyInfoFn) -> types.Nest:
-        """Returns the rows to append for one episode, `[R, ...]` per leaf."""
-
-    @abc.abstractmethod
-    def compute_windows(self, steps: types.Nest) -> tuple[tf.Tensor, tf.Tensor]:
-        """Returns `(starts, sizes)`, int32 `[N]`: one window of rows per item."""
-
-    @abc.abstractmethod
-    def compute_item_spec(
-        self, episodes: tf.data.Dataset, *, policy_info_fn: PolicyInfoFn
-    ) -> types.SpecNest:
-        """Returns the spec of one item (the table signature)."""
-
-    @property
-    @abc.abstractmethod
-    def max_span(self) -> int:
-        """The largest number of rows one item references."""
-
-    @property
-    def window_pattern(self) -> WindowPattern | None:
-        """The items as fixed windows of the newest rows, or None when they are not."""
-        return None
-
-    @property
-    def stream_window(self) -> WindowPattern | None:
-        """The windows across episodes (`crosses_episodes`), placed by the writer on the
-        stream of every episode's rows; None for items within episodes."""
-        return None
-
-    def describe_length_problem(self, length: int) -> str | None:
-        """Returns why an episode of `length` steps cannot be written, or None."""
-        del length
-        return None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -278,7 +201,7 @@ def _compute_masked_step_rows(steps: types.Nest, padding: int) -> types.Nest:
     """
     size = tf.shape(steps[types.IS_FIRST])[0]
     rows = {**episodes_lib.apply_terminal_discounts(steps), types.MASK: tf.ones([size], tf.bool)}
-    return _append_padding(rows, padding) if padding else rows
+    return item_base.append_null_rows(rows, padding) if padding else rows
 
 
 def _compute_masked_step_spec(episodes: tf.data.Dataset, length: int | None) -> dict:

@@ -38,6 +38,7 @@ from reverb import structured_writer as sw
 
 from rlds_reverb.core import compat, timeouts, types
 from rlds_reverb.serve import table_info
+from rlds_reverb.transform import item_base
 from rlds_reverb.transform import items as items_lib
 from rlds_reverb.transform.plans import EpisodePlan
 from rlds_reverb.write import configs as configs_lib
@@ -248,6 +249,8 @@ class TrajectoryEngine(_Engine):
         self._timeout_ms = timeout_ms
         self._stream = item.stream_window  # Windows across episodes (CONTINUE), if any.
         self._columns: list[Any] = []  # The writer's history columns, from the first row.
+        # Each column's slice of an item's window, when the kind gives columns their own.
+        self._slices: list[item_base.ColumnSlice] | None = None
         self._appended = 0  # Rows appended since the writer's buffers were last cleared.
         self._last_row: list[np.ndarray] | None = None
         self._created = 0  # Items created (per table) since the last count was taken.
@@ -285,7 +288,12 @@ class TrajectoryEngine(_Engine):
     def _create_item(self, start: int, size: int, priority: float | None) -> None:
         # Relative (negative) indices: history slices ending at the newest row need them.
         first, stop = start - self._appended, start + size - self._appended
-        if self._item.squeeze:
+        if self._slices is not None:
+            trajectory = [
+                _slice_column(column, first, s)
+                for column, s in zip(self._columns, self._slices, strict=True)
+            ]
+        elif self._item.squeeze:
             trajectory = [column[first] for column in self._columns]
         else:
             trajectory = [column[first : stop or None] for column in self._columns]
@@ -300,6 +308,8 @@ class TrajectoryEngine(_Engine):
         order = np.argsort(starts + sizes, kind='stable')
         ends = (starts + sizes)[order]
         rows = list_rows(plan.rows)
+        if not self._columns:
+            self._slices = self._item.slice_columns(item_base.list_column_fields(plan.rows))
         pointer = 0
         for index, row in enumerate(rows):
             self._append(row)
@@ -318,7 +328,7 @@ class TrajectoryEngine(_Engine):
             self._appended = 0
         return self._take_count()
 
-    def _create_stream_item(self, stream: items_lib.WindowPattern) -> None:
+    def _create_stream_item(self, stream: item_base.WindowPattern) -> None:
         """Creates the stream window (CONTINUE) ending at the row just appended, if any."""
         start = self._appended - stream.length
         if start >= 0 and start % stream.period == 0:
@@ -346,6 +356,14 @@ class TrajectoryEngine(_Engine):
 
     def _release(self, writer: reverb.TrajectoryWriter) -> None:
         writer.close()  # Drops what is pending, without the destructor's wait.
+
+
+def _slice_column(column, first: int, columns: item_base.ColumnSlice):
+    """Returns a column's references for an item whose window starts at `first` (< 0)."""
+    start = first + columns.offset
+    if columns.length is None:
+        return column[start]
+    return column[start : start + columns.length or None]
 
 
 def make_engine(
