@@ -60,6 +60,7 @@ _EXPORTS = {
     'EmptyTableError': 'rlds_reverb.core.errors:EmptyTableError',
     'EpisodeTooLongError': 'rlds_reverb.core.errors:EpisodeTooLongError',
     'ExportError': 'rlds_reverb.core.errors:ExportError',
+    'FrameFieldError': 'rlds_reverb.core.errors:FrameFieldError',
     'InvalidEpisodeError': 'rlds_reverb.core.errors:InvalidEpisodeError',
     'MinariFormatError': 'rlds_reverb.core.errors:MinariFormatError',
     'PushError': 'rlds_reverb.core.errors:PushError',
@@ -107,6 +108,7 @@ __all__ = [
     'EndBehavior',
     'EpisodeTooLongError',
     'ExportError',
+    'FrameFieldError',
     'InvalidEpisodeError',
     'LearnerDataset',
     'LoadOptions',
@@ -162,6 +164,7 @@ if TYPE_CHECKING:
     from rlds_reverb.core.errors import EmptyTableError as EmptyTableError
     from rlds_reverb.core.errors import EpisodeTooLongError as EpisodeTooLongError
     from rlds_reverb.core.errors import ExportError as ExportError
+    from rlds_reverb.core.errors import FrameFieldError as FrameFieldError
     from rlds_reverb.core.errors import InvalidEpisodeError as InvalidEpisodeError
     from rlds_reverb.core.errors import MinariFormatError as MinariFormatError
     from rlds_reverb.core.errors import PushError as PushError

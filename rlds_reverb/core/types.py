@@ -27,6 +27,7 @@ __all__ = [
     'EpisodeOverflow',
     'ExtraFields',
     'FLAG_FIELDS',
+    'FRAME_PRESENT_SUFFIX',
     'IS_BURN_IN',
     'IS_FIRST',
     'IS_LAST',
@@ -80,6 +81,10 @@ EPISODE_ID = 'episode_id'
 STEP_INDEX = 'step_index'
 # The step field of a TF-Agents policy info that is not a dict (recorder, export).
 POLICY_INFO = 'policy_info'
+# The mask a frame decode adds beside a frame field (`rlds_reverb.transform.frames`):
+# `observation/image` decoded gains `observation/image_present`, false where the step
+# stored no frame (an empty string: a missing camera) and the frame is zeros.
+FRAME_PRESENT_SUFFIX = '_present'
 
 # The step fields every RLDS step must hold, in TF-Agents' order.
 REQUIRED_STEP_FIELDS: tuple[str, ...] = (
