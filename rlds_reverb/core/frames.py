@@ -29,21 +29,27 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
     import tensorflow as tf
 
 __all__ = [
+    'ALL',
     'CODECS',
     'FrameFormat',
     'FrameFormats',
+    'FrameSelection',
+    'decode_fields',
     'decode_frames',
+    'decode_spec',
     'describe_formats',
+    'diff_frame_fields',
     'find_spec_formats',
     'join_path',
     'name_frame_specs',
+    'select_formats',
 ]
 
 # The codecs of a TFDS `Image` feature (its `encoding_format`; TFDS' default is PNG).
@@ -127,6 +133,50 @@ class FrameFormat:
 
 
 FrameFormats = Mapping[str, FrameFormat]
+# Which frame fields a function decodes: every one ('all'), or these `/` paths (none: ()).
+FrameSelection = Literal['all'] | Sequence[str]
+ALL = 'all'
+
+
+def select_formats(
+    formats: FrameFormats, selection: FrameSelection | None, *, argument: str
+) -> dict[str, FrameFormat]:
+    """Returns the formats of the fields `selection` names (all of them for 'all').
+
+    Args:
+      formats: The frame fields there are.
+      selection: 'all', or `/` paths among `formats` (None or `()`: none).
+      argument: The argument's name, for the message.
+
+    Raises:
+      FrameFieldError: If a path is not among `formats`; lists those that are.
+
+    Example:
+      >>> select_formats(formats, ['observation/image'], argument='decode_frames')
+    """
+    if selection is None:
+        return {}
+    if selection == ALL:
+        return dict(formats)
+    if isinstance(selection, str) or not all(isinstance(p, str) for p in selection):
+        raise TypeError(
+            f"{argument} must be 'all' or a sequence of frame field paths such as "
+            f"['observation/image']; got {selection!r}."
+        )
+    chosen = {}
+    for path in selection:
+        key = path.strip(_SEPARATOR)
+        if key not in formats:
+            from rlds_reverb.core.errors import FrameFieldError  # Its module loads TensorFlow.
+
+            listed = ', '.join(sorted(formats)) or 'none (no field holds encoded frames)'
+            raise FrameFieldError(
+                f'{argument} names {path!r}, which is not a field holding encoded frames. '
+                f'Frame fields: {listed}. Fields read with load(..., encoded_frames=...) hold '
+                'them; give frame_formats= for a plain tf.data pipeline.'
+            )
+        chosen[key] = formats[key]
+    return chosen
 
 
 def describe_formats(formats: FrameFormats) -> str:
@@ -160,6 +210,49 @@ def find_spec_formats(spec: Any) -> dict[str, FrameFormat]:
         if fmt is not None and getattr(leaf, 'dtype', None) == _string_dtype():
             found[join_path(path)] = fmt
     return found
+
+
+def diff_frame_fields(expected: Any, found: Any) -> list[str]:
+    """Returns a line per frame field two spec nests disagree on (empty if none).
+
+    A field disagrees when one side holds it encoded (a `tf.string` named by the grammar)
+    and the other decoded (not a string), or both encoded in different formats. A string
+    without a frame name on one side (a plain `tf.data` pipeline of bytes) agrees.
+
+    Example:
+      >>> diff_frame_fields(table_signature, item_spec)
+      ['observation/image: expected encoded frames (jpeg 256x320x3), found decoded uint8[...]']
+    """
+    import tree
+
+    expected_formats, found_formats = find_spec_formats(expected), find_spec_formats(found)
+    expected_leaves = {join_path(p): leaf for p, leaf in tree.flatten_with_path(expected)}
+    found_leaves = {join_path(p): leaf for p, leaf in tree.flatten_with_path(found)}
+    lines = []
+    for path in sorted(set(expected_formats) | set(found_formats)):
+        want, got = expected_formats.get(path), found_formats.get(path)
+        if want is not None and got is not None:
+            if want != got:
+                lines.append(f'{path}: expected {want.describe()} frames, found {got.describe()}')
+        elif want is not None and _is_decoded(found_leaves.get(path)):
+            lines.append(
+                f'{path}: expected encoded frames ({want.describe()}), found decoded '
+                f'{_describe_leaf(found_leaves[path])}'
+            )
+        elif got is not None and _is_decoded(expected_leaves.get(path)):
+            lines.append(
+                f'{path}: expected decoded {_describe_leaf(expected_leaves[path])}, found '
+                f'encoded frames ({got.describe()})'
+            )
+    return lines
+
+
+def _is_decoded(leaf: Any) -> bool:
+    return leaf is not None and getattr(leaf, 'dtype', None) not in (None, _string_dtype())
+
+
+def _describe_leaf(leaf: Any) -> str:
+    return f'{leaf.dtype.name}{list(leaf.shape)}'
 
 
 def name_frame_specs(spec: Any, formats: FrameFormats) -> Any:
@@ -250,3 +343,107 @@ def decode_frames(encoded: tf.Tensor, fmt: FrameFormat) -> tuple[tf.Tensor, tf.T
     frames = tf.reshape(frames, tf.concat([tf.shape(encoded), tf.shape(frames)[1:]], 0))
     frames.set_shape(encoded.shape.concatenate(fmt.shape))
     return frames, tf.strings.length(encoded) > 0
+
+
+def decode_spec(spec: Any, formats: FrameFormats) -> Any:
+    """Returns `spec` with the `tf.string` leaves at `formats`' paths as their decoded frames'
+    spec: `[..., H, W, C]` uint8 (what `decode_fields` gives).
+
+    Example:
+      >>> decode_spec({'image': tf.TensorSpec([None], tf.string)}, {'image': jpeg})
+      {'image': TensorSpec(shape=(None, 256, 320, 3), dtype=tf.uint8, name=None)}
+    """
+    if not formats:
+        return spec
+    import tensorflow as tf
+    import tree
+
+    def _decoded(path, leaf):
+        fmt = formats.get(join_path(path))
+        if fmt is None or getattr(leaf, 'dtype', None) != tf.string:
+            return leaf
+        return tf.TensorSpec(leaf.shape.concatenate(fmt.shape), tf.uint8)
+
+    return tree.map_structure_with_path(_decoded, spec)
+
+
+def decode_fields(nest: Any, formats: FrameFormats, *, present_suffix: str | None = None) -> Any:
+    """Returns `nest` with the encoded frames at `formats`' paths decoded (`decode_frames`).
+
+    Dicts are walked by key, namedtuples (a `Trajectory`) by field name, tuples and lists by
+    position (positions are not part of a path: `join_path`).
+
+    Args:
+      nest: A nest of tensors holding `[...]` `tf.string` leaves at (some of) the paths.
+      formats: The formats of the leaves to decode, by path; paths the nest lacks are
+        left out.
+      present_suffix: If given, each decoded leaf gains a bool mask beside it, named by its
+        key plus this suffix (in the same dict): true where a frame was stored.
+
+    Raises:
+      FrameFieldError: If `present_suffix` is given and a decoded leaf is not in a dict, or
+        its mask's name is taken.
+
+    Example:
+      >>> steps = decode_fields(steps, {'observation/image': jpeg})
+    """
+    if not formats:
+        return nest
+    return _decode_node(nest, (), formats, present_suffix)
+
+
+def _decode_node(node: Any, prefix: tuple, formats: FrameFormats, suffix: str | None) -> Any:
+    if isinstance(node, Mapping):
+        out = {}
+        for key, value in node.items():
+            path = join_path((*prefix, key))
+            if path in formats and _is_string(value):
+                out[key], present = decode_frames(value, formats[path])
+                if suffix is not None:
+                    out[_mask_name(node, key, suffix, path)] = present
+            else:
+                out[key] = _decode_node(value, (*prefix, key), formats, suffix)
+        return out
+    if isinstance(node, tuple) and hasattr(node, '_fields'):  # A namedtuple: by field name.
+        fields = {
+            f: _decode_field(getattr(node, f), (*prefix, f), formats, suffix) for f in node._fields
+        }
+        return node._replace(**fields)
+    if isinstance(node, tuple | list):
+        return type(node)(_decode_node(item, prefix, formats, suffix) for item in node)
+    return node
+
+
+def _decode_field(value: Any, path: tuple, formats: FrameFormats, suffix: str | None) -> Any:
+    """Decodes a namedtuple's field (no dict to put a mask in)."""
+    key = join_path(path)
+    if key in formats and _is_string(value):
+        if suffix is not None:
+            _refuse_mask(key)
+        return decode_frames(value, formats[key])[0]
+    return _decode_node(value, path, formats, suffix)
+
+
+def _is_string(value: Any) -> bool:
+    return getattr(value, 'dtype', None) == _string_dtype()
+
+
+def _mask_name(node: Mapping, key: str, suffix: str, path: str) -> str:
+    name = f'{key}{suffix}'
+    if name in node:
+        from rlds_reverb.core.errors import FrameFieldError  # Its module loads TensorFlow.
+
+        raise FrameFieldError(
+            f'Cannot add the mask {name!r} of frame field {path!r}: a field of that name '
+            'exists. Rename it, or decode without masks.'
+        )
+    return name
+
+
+def _refuse_mask(path: str) -> None:
+    from rlds_reverb.core.errors import FrameFieldError  # Its module loads TensorFlow.
+
+    raise FrameFieldError(
+        f'Cannot put the mask of frame field {path!r} beside it: it is not in a dict (the '
+        'observation itself is the frame). Decode without masks.'
+    )

@@ -121,6 +121,6 @@ def finish_episodes(
             return {**episode, types.STEPS: step_fields.fill_discount(steps) if fill else steps}
 
         mapped = sources.MappedSource(episodes.source, episodes_lib.without_autograph(_finish))
-        episodes = episodes_lib.from_source(mapped)
+        episodes = episodes_lib.from_source(mapped, frame_formats=episodes.frame_formats)
     step_fields.check_step_spec(episodes, where=where)
     return episodes

@@ -102,7 +102,6 @@ class TfdsReader:
         selected = step_fields.select_in_steps(nested, options.step_paths, where=where)
         return step_fields.check_episodes(selected, where=where)
 
-
     def list_frame_fields(self, source: Any, options: LoadOptions) -> dict[str, FrameFormat]:
         """Returns the frame fields of the source's steps, from its features alone.
 

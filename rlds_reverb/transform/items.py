@@ -25,6 +25,11 @@ extra step fields.
 `Sequence` items are the windows of `adders.sequences(length, period, end=end)` without
 `is_burn_in` (docs/semantics.md §6): the step fields plus `mask`, false on padding.
 
+Encoded frames (`load(..., encoded_frames=...)`) are rows of `tf.string` like any step
+field: each frame is appended once, items reference it, and `compute_signature` names the
+frame fields of the item spec by their format (`rlds_reverb.core.frames`), which is what a
+table's signature records.
+
 In every kind, the transition into a terminal step has discount 0 whatever the data says
 (two-step and sequence/episode rows: 0 into and on the terminal step; n-step: a transition
 whose window reaches the terminal step has `n_step_discount` 0).
@@ -45,8 +50,9 @@ import tensorflow as tf
 
 from adders import nstep
 from adders.sequences import compute_window_starts
-from rlds_reverb.core import checks, specs, types
+from rlds_reverb.core import checks, frames, specs, types
 from rlds_reverb.core import episodes as episodes_lib
+from rlds_reverb.core.frames import FrameFormat, FrameFormats
 from rlds_reverb.core.specs import PolicyInfoFn
 from rlds_reverb.transform import convert
 
@@ -142,6 +148,35 @@ class ItemKind(abc.ABC):
     def max_span(self) -> int:
         """The largest number of rows one item references."""
 
+    def map_frame_formats(
+        self, formats: FrameFormats, *, policy_info_fn: PolicyInfoFn = None
+    ) -> dict[str, FrameFormat]:
+        """Returns the frame formats of the item's fields (paths in the item spec), from the
+        step fields' (a hook; the same paths here: items hold the step fields)."""
+        del policy_info_fn
+        return dict(formats)
+
+    def compute_signature(
+        self,
+        episodes: tf.data.Dataset,
+        *,
+        policy_info_fn: PolicyInfoFn = None,
+        frame_formats: FrameFormats | None = None,
+    ) -> types.SpecNest:
+        """Returns the item spec with its encoded frame fields named by their format.
+
+        Args:
+          episodes: The RLDS dataset the items come from.
+          policy_info_fn: The push's policy info function, if any.
+          frame_formats: The step fields' frame formats; default: the dataset's
+            (`core.episodes.find_frame_formats`).
+        """
+        if frame_formats is None:
+            frame_formats = episodes_lib.find_frame_formats(episodes)
+        spec = self.compute_item_spec(episodes, policy_info_fn=policy_info_fn)
+        mapped = self.map_frame_formats(frame_formats, policy_info_fn=policy_info_fn)
+        return frames.name_frame_specs(spec, mapped)
+
     @property
     def window_pattern(self) -> WindowPattern | None:
         """The items as fixed windows of the newest rows, or None when they are not."""
@@ -192,9 +227,21 @@ class TwoStep(ItemKind):
 
     def compute_item_spec(self, episodes, *, policy_info_fn=None):
         spec = specs.create_trajectory_data_spec(
-            episodes, policy_info_fn=policy_info_fn, extra_fields=self.extra_fields
+            episodes,
+            policy_info_fn=policy_info_fn,
+            extra_fields=self.extra_fields,
+            decode_frames=None,
         )
         return specs.add_outer_dim(spec)
+
+    def map_frame_formats(self, formats, *, policy_info_fn=None):
+        # Observations keep their paths; extra step fields carried as `policy_info` move
+        # under it (a policy_info_fn's output is its own).
+        kept = {p: f for p, f in formats.items() if p.split('/')[0] == types.OBSERVATION}
+        if policy_info_fn is None and self.extra_fields is types.ExtraFields.POLICY_INFO:
+            moved = {f'{types.POLICY_INFO}/{p}': f for p, f in formats.items() if p not in kept}
+            kept.update(moved)
+        return kept
 
     @property
     def max_span(self) -> int:
@@ -251,6 +298,10 @@ class NStep(ItemKind):
     def compute_windows(self, steps):
         count = tf.maximum(tf.shape(steps[types.IS_FIRST])[0] - 1, 0)
         return tf.range(count), tf.ones([count], tf.int32)
+
+    def map_frame_formats(self, formats, *, policy_info_fn=None):
+        del policy_info_fn
+        return nstep.add_next_frame_formats(dict(formats))
 
     def compute_item_spec(self, episodes, *, policy_info_fn=None):
         step_spec = specs.get_step_spec(episodes)

@@ -158,9 +158,36 @@ class FlushSchedule:
         return rows_appended % self.every == 0
 
 
+def _split_rows(leaf: np.ndarray) -> list[Any]:
+    """Returns a `[R, ...]` leaf's rows, each as an array (bytes kept exactly).
+
+    A row of a `[R]` string leaf (encoded frames) would come out as Python `bytes`, which
+    Reverb converts through NumPy's `S` dtype, dropping trailing NUL bytes: each is kept a
+    0-d object array, which Reverb writes unchanged.
+    """
+    if leaf.dtype == object and leaf.ndim == 1:
+        return [np.array(value, dtype=object) for value in leaf]
+    return list(leaf)
+
+
 def list_rows(rows: types.Nest) -> list[list[np.ndarray]]:
     """Returns one flat list of leaves per row of a `[R, ...]` nest."""
-    return [list(row) for row in zip(*tree.flatten(rows), strict=True)]
+    return [list(row) for row in zip(*map(_split_rows, tree.flatten(rows)), strict=True)]
+
+
+def _count_row_bytes(value: np.ndarray) -> int:
+    """Returns the bytes one row of a column holds (a string's own length, not a pointer's)."""
+    value = np.asarray(value)
+    if value.dtype == object:
+        return sum(len(item) for item in value.flat)
+    return value.nbytes
+
+
+def make_null_row(row: list[np.ndarray]) -> list[np.ndarray]:
+    """Returns a row of zeros shaped like `row` (empty strings for string leaves)."""
+    return [
+        np.full_like(leaf, b'') if leaf.dtype == object else np.zeros_like(leaf) for leaf in row
+    ]
 
 
 class _Engine:
@@ -262,7 +289,7 @@ class TrajectoryEngine(_Engine):
         """
         self._flush()  # Reverb configures flushed columns.
         for index, value in enumerate(row):
-            if np.asarray(value).nbytes <= configs_lib.SMALL_ROW_BYTES:
+            if _count_row_bytes(value) <= configs_lib.SMALL_ROW_BYTES:
                 self._writer.configure(
                     (index,),
                     num_keep_alive_refs=self._keep_rows,
@@ -311,7 +338,7 @@ class TrajectoryEngine(_Engine):
             if self._stream is not None:
                 self._create_stream_item(self._stream)
         if rows:
-            self._last_row = [np.zeros_like(leaf) for leaf in rows[0]]
+            self._last_row = make_null_row(rows[0])
         keep = self._stream is not None
         self._end_episode(clear_buffers=not keep)
         if not keep:

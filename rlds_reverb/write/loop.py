@@ -403,7 +403,7 @@ def push_episodes(
     step_spec = specs.get_step_spec(episodes)
     validation.check_step_spec(step_spec)  # Before the server is contacted.
     client = table_info.connect(server)
-    item_spec = options.item.compute_item_spec(episodes, policy_info_fn=options.policy_info_fn)
+    item_spec = options.item.compute_signature(episodes, policy_info_fn=options.policy_info_fn)
     infos = table_info.fetch_tables_info(client, table_names, timeout_ms=options.timeout_ms)
     for info in infos.values():
         table_info.check_signature(info, item_spec, found='the items pushed')
