@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 if TYPE_CHECKING:
@@ -39,6 +39,7 @@ __all__ = [
     'ALL',
     'CODECS',
     'FrameFormat',
+    'FrameFn',
     'FrameFormats',
     'FrameSelection',
     'decode_fields',
@@ -133,6 +134,8 @@ class FrameFormat:
 
 
 FrameFormats = Mapping[str, FrameFormat]
+# What is done to each frame right after it is decoded: `[H, W, C]` uint8 -> uint8.
+FrameFn = Callable[['tf.Tensor'], 'tf.Tensor']
 # Which frame fields a function decodes: every one ('all'), or these `/` paths (none: ()).
 FrameSelection = Literal['all'] | Sequence[str]
 ALL = 'all'
@@ -288,32 +291,43 @@ def _string_dtype():
     return tf.string
 
 
-def _decode_one(encoded: tf.Tensor, fmt: FrameFormat) -> tf.Tensor:
-    """Decodes one frame as TFDS' `Image` feature does; an empty string gives zeros."""
+def _decode_one(
+    encoded: tf.Tensor, fmt: FrameFormat, frame_fn: FrameFn | None, shape: tuple
+) -> tf.Tensor:
+    """Decodes one frame as TFDS' `Image` feature does, then `frame_fn`; an empty string
+    gives zeros of the output's shape."""
     import tensorflow as tf
-
-    height, width, channels = fmt.shape
 
     def _decode() -> tf.Tensor:
         # TFDS 4.9.4, image_feature._ImageEncoder.decode_image: this op, these arguments.
-        frame = tf.image.decode_image(encoded, channels=channels, dtype=tf.uint8)
+        frame = tf.image.decode_image(encoded, channels=fmt.shape[2], dtype=tf.uint8)
         frame.set_shape(fmt.shape)
-        return frame
+        return frame if frame_fn is None else frame_fn(frame)
 
-    zeros = tf.zeros([height or 0, width or 0, channels], tf.uint8)
+    zeros = tf.zeros([d or 0 for d in shape], tf.uint8)
     return tf.cond(tf.strings.length(encoded) > 0, _decode, lambda: zeros)
 
 
-def decode_frames(encoded: tf.Tensor, fmt: FrameFormat) -> tuple[tf.Tensor, tf.Tensor]:
+def decode_frames(
+    encoded: tf.Tensor,
+    fmt: FrameFormat,
+    *,
+    frame_fn: FrameFn | None = None,
+    frame_shape: tuple[int | None, ...] | None = None,
+) -> tuple[tf.Tensor, tf.Tensor]:
     """Decodes a tensor of encoded frames, every frame in parallel; usable in `tf.data` maps.
 
-    The frames are decoded by a parallel `tf.data` map nested in the caller's graph (about
-    three times `tf.map_fn`'s rate here, and as fast as a parallel map over single frames:
+    The frames are decoded by a parallel `tf.data` map nested in the caller's graph (two to
+    three times `tf.map_fn`'s rate here, as fast as a parallel map over single frames:
     benchmarks/frames.py), in order.
 
     Args:
       encoded: `[...]` `tf.string`: JPEG or PNG bytes, or empty strings for missing frames.
       fmt: Their format.
+      frame_fn: Applied to each decoded `[H, W, C]` uint8 frame in the same parallel map
+        (a crop, a resize: `rlds_reverb.transform.frames`); it must return uint8.
+      frame_shape: The shape `frame_fn` returns (the zeros of a missing frame have it);
+        default `fmt.shape`.
 
     Returns:
       `(frames, present)`: `[..., H, W, C]` uint8 frames (zeros where `encoded` is empty)
@@ -321,27 +335,29 @@ def decode_frames(encoded: tf.Tensor, fmt: FrameFormat) -> tuple[tf.Tensor, tf.T
 
     Raises:
       tf.errors.InvalidArgumentError: When run, if a non-empty string is not an image, or
-        decodes to another size than `fmt.shape`; or if `fmt` leaves the height or width
-        unknown and the frames (or the zeros of a missing one) differ in size.
+        decodes to another size than `fmt.shape`; or if the frames (or the zeros of a
+        missing one) differ in size, as when `fmt` leaves the height or width unknown and
+        no `frame_fn` makes them equal.
 
     Example:
       >>> frames, present = decode_frames(steps['observation']['image'], jpeg_format)
     """
     import tensorflow as tf
 
+    shape = tuple(fmt.shape if frame_shape is None else frame_shape)
     flat = tf.reshape(encoded, [-1])
     count = tf.size(flat, out_type=tf.int64)
     decoded = tf.data.Dataset.from_tensor_slices(flat).map(
-        lambda one: _decode_one(one, fmt),
+        lambda one: _decode_one(one, fmt, frame_fn, shape),
         num_parallel_calls=tf.data.AUTOTUNE,
         deterministic=True,
     )
     # The exact count (a batch of 2**31 would reserve that much room for fixed-size
     # frames); a zero-size batch after it answers an empty input.
-    empty = tf.data.Dataset.from_tensors(tf.zeros([0, *(d or 0 for d in fmt.shape)], tf.uint8))
+    empty = tf.data.Dataset.from_tensors(tf.zeros([0, *(d or 0 for d in shape)], tf.uint8))
     frames = decoded.batch(tf.maximum(count, 1)).concatenate(empty).take(1).get_single_element()
     frames = tf.reshape(frames, tf.concat([tf.shape(encoded), tf.shape(frames)[1:]], 0))
-    frames.set_shape(encoded.shape.concatenate(fmt.shape))
+    frames.set_shape(encoded.shape.concatenate(shape))
     return frames, tf.strings.length(encoded) > 0
 
 
@@ -367,7 +383,13 @@ def decode_spec(spec: Any, formats: FrameFormats) -> Any:
     return tree.map_structure_with_path(_decoded, spec)
 
 
-def decode_fields(nest: Any, formats: FrameFormats, *, present_suffix: str | None = None) -> Any:
+def decode_fields(
+    nest: Any,
+    formats: FrameFormats,
+    *,
+    present_suffix: str | None = None,
+    frame_fns: Mapping[str, tuple[FrameFn, tuple]] | None = None,
+) -> Any:
     """Returns `nest` with the encoded frames at `formats`' paths decoded (`decode_frames`).
 
     Dicts are walked by key, namedtuples (a `Trajectory`) by field name, tuples and lists by
@@ -379,6 +401,8 @@ def decode_fields(nest: Any, formats: FrameFormats, *, present_suffix: str | Non
         left out.
       present_suffix: If given, each decoded leaf gains a bool mask beside it, named by its
         key plus this suffix (in the same dict): true where a frame was stored.
+      frame_fns: Per path, `(frame_fn, frame_shape)` applied to each frame as it is decoded
+        (`decode_frames`).
 
     Raises:
       FrameFieldError: If `present_suffix` is given and a decoded leaf is not in a dict, or
@@ -389,39 +413,47 @@ def decode_fields(nest: Any, formats: FrameFormats, *, present_suffix: str | Non
     """
     if not formats:
         return nest
-    return _decode_node(nest, (), formats, present_suffix)
+    return _Decoding(formats, present_suffix, frame_fns or {}).walk(nest, ())
 
 
-def _decode_node(node: Any, prefix: tuple, formats: FrameFormats, suffix: str | None) -> Any:
-    if isinstance(node, Mapping):
-        out = {}
-        for key, value in node.items():
-            path = join_path((*prefix, key))
-            if path in formats and _is_string(value):
-                out[key], present = decode_frames(value, formats[path])
-                if suffix is not None:
-                    out[_mask_name(node, key, suffix, path)] = present
-            else:
-                out[key] = _decode_node(value, (*prefix, key), formats, suffix)
-        return out
-    if isinstance(node, tuple) and hasattr(node, '_fields'):  # A namedtuple: by field name.
-        fields = {
-            f: _decode_field(getattr(node, f), (*prefix, f), formats, suffix) for f in node._fields
-        }
-        return node._replace(**fields)
-    if isinstance(node, tuple | list):
-        return type(node)(_decode_node(item, prefix, formats, suffix) for item in node)
-    return node
+@dataclasses.dataclass(frozen=True)
+class _Decoding:
+    """One `decode_fields` walk: what to decode, and how."""
 
+    formats: FrameFormats
+    suffix: str | None
+    frame_fns: Mapping[str, tuple[FrameFn, tuple]]
 
-def _decode_field(value: Any, path: tuple, formats: FrameFormats, suffix: str | None) -> Any:
-    """Decodes a namedtuple's field (no dict to put a mask in)."""
-    key = join_path(path)
-    if key in formats and _is_string(value):
-        if suffix is not None:
-            _refuse_mask(key)
-        return decode_frames(value, formats[key])[0]
-    return _decode_node(value, path, formats, suffix)
+    def decode(self, value: Any, path: str) -> tuple[Any, Any]:
+        frame_fn, shape = self.frame_fns.get(path, (None, None))
+        return decode_frames(value, self.formats[path], frame_fn=frame_fn, frame_shape=shape)
+
+    def walk(self, node: Any, prefix: tuple) -> Any:
+        if isinstance(node, Mapping):
+            out = {}
+            for key, value in node.items():
+                path = join_path((*prefix, key))
+                if path in self.formats and _is_string(value):
+                    out[key], present = self.decode(value, path)
+                    if self.suffix is not None:
+                        out[_mask_name(node, key, self.suffix, path)] = present
+                else:
+                    out[key] = self.walk(value, (*prefix, key))
+            return out
+        if isinstance(node, tuple) and hasattr(node, '_fields'):  # A namedtuple: by name.
+            return node._replace(**{f: self.walk_field(node, f, prefix) for f in node._fields})
+        if isinstance(node, tuple | list):
+            return type(node)(self.walk(item, prefix) for item in node)
+        return node
+
+    def walk_field(self, node: Any, field: str, prefix: tuple) -> Any:
+        """Decodes a namedtuple's field (no dict to put a mask in)."""
+        value, path = getattr(node, field), join_path((*prefix, field))
+        if path in self.formats and _is_string(value):
+            if self.suffix is not None:
+                _refuse_mask(path)
+            return self.decode(value, path)[0]
+        return self.walk(value, (*prefix, field))
 
 
 def _is_string(value: Any) -> bool:
