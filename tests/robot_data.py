@@ -33,6 +33,7 @@ import hashlib
 import pathlib
 
 import numpy as np
+import pytest
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
@@ -247,3 +248,28 @@ def frame_digests(episodes: list[dict], path: str) -> dict[int, str]:
             node = node[key]
         found[int(episode[METADATA][EPISODE_ID])] = digest(np.asarray(node))
     return found
+
+
+# --- Shared datasets: written once per test session (any module that imports the fixtures) ---
+
+# 120 episodes (lengths 1, 2, 1,000 and short ones; both endings) in one shard.
+ROBOT_SPEC = RobotSpec(robot_lengths(120, longest=1000))
+# Some wrist frames missing (b''), as some robot datasets store.
+MISSING_SPEC = RobotSpec(robot_lengths(12, seed=1, longest=40), missing_every=3)
+
+
+def _shared_dir(factory: pytest.TempPathFactory, spec: RobotSpec) -> pathlib.Path:
+    # One directory for the session: the builder finds the prepared data there again.
+    return write(factory.getbasetemp() / 'robot_data', spec)
+
+
+@pytest.fixture(scope='session')
+def robot_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """`ROBOT_SPEC` written by TFDS's own writer (one shuffled shard of 120 episodes)."""
+    return _shared_dir(tmp_path_factory, ROBOT_SPEC)
+
+
+@pytest.fixture(scope='session')
+def missing_frames_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """`MISSING_SPEC` written by TFDS: every third wrist frame is b''."""
+    return _shared_dir(tmp_path_factory, MISSING_SPEC)

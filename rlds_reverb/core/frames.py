@@ -345,6 +345,7 @@ def decode_frames(
     import tensorflow as tf
 
     shape = tuple(fmt.shape if frame_shape is None else frame_shape)
+    encoded = tf.convert_to_tensor(encoded, tf.string)
     flat = tf.reshape(encoded, [-1])
     count = tf.size(flat, out_type=tf.int64)
     decoded = tf.data.Dataset.from_tensor_slices(flat).map(

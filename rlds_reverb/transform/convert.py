@@ -183,7 +183,7 @@ def convert_episodes_to_trajectories(
     extra_fields = types.as_enum(types.ExtraFields, extra_fields, argument='extra_fields')
     if frame_formats is None:
         frame_formats = episodes_lib.find_frame_formats(rlds_data)
-    decoded = frames.select_formats(frame_formats, decode_frames, argument='decode_frames')
+    to_decode = frames.select_formats(frame_formats, decode_frames, argument='decode_frames')
     if mode is types.ValidationMode.REPORT:
         raise ValueError(
             "on_invalid='report' converts nothing; call rlds_reverb.validate() instead."
@@ -206,7 +206,7 @@ def convert_episodes_to_trajectories(
 
     def _convert(steps: types.Nest) -> trajectory.Trajectory:
         return episode_to_trajectory(
-            frames.decode_fields(steps, decoded),
+            frames.decode_fields(steps, to_decode),
             policy_info_fn=policy_info_fn,
             extra_fields=extra_fields,
         )
