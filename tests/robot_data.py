@@ -250,7 +250,7 @@ def frame_digests(episodes: list[dict], path: str) -> dict[int, str]:
     return found
 
 
-# --- Shared datasets: written once per test session (any module that imports the fixtures) ---
+# --- Shared datasets: written once per test session (each module's fixture: shared_dir) ---
 
 # 120 episodes (lengths 1, 2, 1,000 and short ones; both endings) in one shard.
 ROBOT_SPEC = RobotSpec(robot_lengths(120, longest=1000))
@@ -258,18 +258,7 @@ ROBOT_SPEC = RobotSpec(robot_lengths(120, longest=1000))
 MISSING_SPEC = RobotSpec(robot_lengths(12, seed=1, longest=40), missing_every=3)
 
 
-def _shared_dir(factory: pytest.TempPathFactory, spec: RobotSpec) -> pathlib.Path:
-    # One directory for the session: the builder finds the prepared data there again.
+def shared_dir(factory: pytest.TempPathFactory, spec: RobotSpec) -> pathlib.Path:
+    """Returns the spec's dataset, written once per test session (whichever module asks
+    first: the builder finds the prepared data in the session's directory again)."""
     return write(factory.getbasetemp() / 'robot_data', spec)
-
-
-@pytest.fixture(scope='session')
-def robot_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    """`ROBOT_SPEC` written by TFDS's own writer (one shuffled shard of 120 episodes)."""
-    return _shared_dir(tmp_path_factory, ROBOT_SPEC)
-
-
-@pytest.fixture(scope='session')
-def missing_frames_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
-    """`MISSING_SPEC` written by TFDS: every third wrist frame is b''."""
-    return _shared_dir(tmp_path_factory, MISSING_SPEC)

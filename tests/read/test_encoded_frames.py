@@ -22,13 +22,24 @@ from rlds_reverb.read import loading
 from tests import builders, users_data
 from tests import robot_data as rd
 from tests.d4rl_files import write_d4rl_file
-from tests.robot_data import missing_frames_dir, robot_dir  # noqa: F401 - fixtures.
 
 FORMATS = {
     rd.IMAGE_PATH: FrameFormat('jpeg', rd.ROBOT_SPEC.image_shape),
     rd.OVERHEAD_PATH: FrameFormat('png', rd.OVERHEAD_SHAPE),
     rd.WRIST_PATH: FrameFormat('jpeg', rd.ROBOT_SPEC.wrist_shape),
 }
+
+
+@pytest.fixture(scope='module')
+def robot_dir(tmp_path_factory):
+    """`rd.ROBOT_SPEC` written by TFDS's own writer (one shuffled shard of 120 episodes)."""
+    return rd.shared_dir(tmp_path_factory, rd.ROBOT_SPEC)
+
+
+@pytest.fixture(scope='module')
+def missing_frames_dir(tmp_path_factory):
+    """`rd.MISSING_SPEC` written by TFDS: every third wrist frame is b''."""
+    return rd.shared_dir(tmp_path_factory, rd.MISSING_SPEC)
 
 
 def _numpy(episodes: tf.data.Dataset) -> list[dict]:
