@@ -58,7 +58,7 @@ def resize_images(images: tf.Tensor, size: Size, *, method: str = 'bilinear') ->
     Example:
       >>> resize_images(frames, (128, 160))  # [T, 256, 320, 3] -> [T, 128, 160, 3]
     """
-    if images.shape.rank == 3:
+    if images.shape.rank in (3, 4):  # One image, or a batch: tf.image.resize takes both.
         resized = tf.image.resize(images, size, method=method, antialias=True)
         return tf.cast(tf.clip_by_value(tf.round(resized), 0, 255), tf.uint8)
     batch, restore = _to_batch(images)
