@@ -9,7 +9,7 @@ overlapping items share their steps and no observation is stored twice.
 | kind | rows | one item | items per episode of T steps |
 | --- | --- | --- | --- |
 | `TwoStep()` | TF-Agents trajectories | `Trajectory` of `[2, ...]` | T - 1 |
-| `NStep(n, gamma)` | n-step transitions | dict, no time axis | T - 1 |
+| `NStep(n, gamma)` | steps + n-step fields | dict, no time axis | T - 1 |
 | `Sequence(length, period, end)` | steps + `mask` | dict of `[length, ...]` | see below |
 | `Episode(max_length)` | steps + `mask` | dict of `[max_length, ...]` | 1 (or chunks) |
 
@@ -20,7 +20,9 @@ each episode; nothing crosses an episode boundary and a single-step episode give
 `NStep` items are the steps with `n_step_length > 0` after `adders.n_step(n, gamma)`
 (docs/semantics.md §4; the last step of an episode starts no transition), holding `observation`,
 `action`, `n_step_return`, `n_step_discount`, `next_observation`, `n_step_length` and the
-extra step fields.
+extra step fields. Its rows are the steps (without `next_observation`): item t references row
+t for its fields and row t + k for `next_observation`, so each observation is stored once
+(a frame would otherwise be stored twice).
 
 `Sequence` items are the windows of `adders.sequences(length, period, end=end)` without
 `is_burn_in` (docs/semantics.md §6): the step fields plus `mask`, false on padding.
@@ -47,14 +49,15 @@ from collections.abc import Callable
 from typing import cast
 
 import tensorflow as tf
+import tree
 
 from adders import nstep
-from adders.sequences import compute_window_starts
 from rlds_reverb.core import checks, frames, specs, types
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core.frames import FrameFormat, FrameFormats
 from rlds_reverb.core.specs import PolicyInfoFn
-from rlds_reverb.transform import convert
+from rlds_reverb.transform import convert, item_rows
+from rlds_reverb.transform.item_rows import WindowPattern, compute_sequence_windows
 
 __all__ = [
     'Episode',
@@ -70,47 +73,6 @@ __all__ = [
 # Defined with the vocabulary, so that the command line's parser loads without TensorFlow.
 EpisodeOverflow = types.EpisodeOverflow
 ItemName = types.ItemName
-
-
-@dataclasses.dataclass(frozen=True)
-class WindowPattern:
-    """Items a `reverb.StructuredWriter` can create alone: fixed windows of the newest rows.
-
-    Every `period` rows (once `length` rows are there) an item of the last `length` rows
-    is created; with `squeeze`, `length` is 1 and the item is that row without a time axis.
-    `rlds_reverb.write.configs` turns this into StructuredWriter configs.
-    """
-
-    length: int
-    period: int = 1
-    squeeze: bool = False
-
-
-def _null_rows(rows: types.Nest, count: int) -> types.Nest:
-    """Returns `count` zero rows shaped like `rows` (flags false, `mask` false)."""
-    return tf.nest.map_structure(
-        lambda x: tf.zeros(tf.concat([[count], tf.shape(x)[1:]], 0), x.dtype), rows
-    )
-
-
-def _append_padding(rows: types.Nest, count: int) -> types.Nest:
-    """Returns `rows` followed by `count` null rows."""
-    padding = _null_rows(rows, count)
-    return tf.nest.map_structure(lambda x, p: tf.concat([x, p], 0), rows, padding)
-
-
-def compute_sequence_windows(
-    size: tf.Tensor, length: int, period: int, end: types.EndBehavior
-) -> tuple[tf.Tensor, tf.Tensor]:
-    """Returns `(starts, sizes)` of an episode's windows, as `adders.sequences` cuts them.
-
-    TRUNCATE windows end at the episode's end; the others have `length` steps (padded past
-    the end for PAD, and for LAST when T < length).
-    """
-    starts = compute_window_starts(size, length, period, end)
-    if end is types.EndBehavior.TRUNCATE:
-        return starts, tf.minimum(length, size - starts)
-    return starts, tf.fill(tf.shape(starts), length)
 
 
 class ItemKind(abc.ABC):
@@ -147,6 +109,30 @@ class ItemKind(abc.ABC):
     @abc.abstractmethod
     def max_span(self) -> int:
         """The largest number of rows one item references."""
+
+    def reference_item(self, columns: types.Nest, first: int, stop: int) -> types.Nest:
+        """Returns the item of the window of rows `[first, stop)` as references into the
+        writer's columns (`columns`: the rows' nest of history columns; relative indices).
+
+        A hook: each field is its column's rows of the window, or its first row for items
+        without a time axis (`squeeze`).
+        """
+        if self.squeeze:
+            return tree.map_structure(lambda column: column[first], columns)
+        return tree.map_structure(lambda column: column[first : stop or None], columns)
+
+    def gather_items(self, rows: types.Nest, starts: tf.Tensor, sizes: tf.Tensor) -> types.Nest:
+        """Returns the items as one batch, as the writer references them: `[N, span, ...]`
+        leaves (zeros past an item's end), `[N, ...]` for items without a time axis.
+
+        This is the batch a priority function sees (`plans.make_episode_plans`).
+        """
+        if self.squeeze:
+            return tf.nest.map_structure(lambda x: tf.gather(x, starts), rows)
+        offsets = tf.range(self.max_span)[None, :]
+        last = tf.maximum(tf.shape(tf.nest.flatten(rows)[0])[0] - 1, 0)
+        index = tf.minimum(starts[:, None] + offsets, last)
+        return episodes_lib.gather_windows(rows, index, offsets < sizes[:, None])
 
     def map_frame_formats(
         self, formats: FrameFormats, *, policy_info_fn: PolicyInfoFn = None
@@ -253,21 +239,27 @@ class TwoStep(ItemKind):
 
 
 def _select_n_step_fields(steps: types.Nest) -> dict:
+    """Returns an n-step row's fields: the item's, but `next_observation` (another row's)."""
     fields = (
         types.OBSERVATION,
         types.ACTION,
         types.N_STEP_RETURN,
         types.N_STEP_DISCOUNT,
-        types.NEXT_OBSERVATION,
         types.N_STEP_LENGTH,
     )
-    extras = [f for f in specs.get_extra_step_fields(steps) if f not in fields]
+    extras = [
+        f for f in specs.get_extra_step_fields(steps) if f not in (*fields, types.NEXT_OBSERVATION)
+    ]
     return {f: steps[f] for f in (*fields, *extras)}
 
 
 @dataclasses.dataclass(frozen=True)
 class NStep(ItemKind):
     """N-step transitions (docs/semantics.md §4), one item per step that starts one.
+
+    The rows are the episode's steps with their n-step fields; the item of step t (k =
+    min(n, L - t) steps ahead) is row t, with `next_observation` the observation of row
+    t + k: every observation (every frame) is stored once, and items reference it.
 
     Args:
       n: Steps per transition, >= 1.
@@ -289,15 +281,30 @@ class NStep(ItemKind):
 
     def compute_rows(self, steps, *, policy_info_fn=None):
         del policy_info_fn  # N-step items carry the extra step fields themselves.
-        full = nstep.add_n_step_fields(steps, self.n, float(self.gamma))
-        keep = full[types.N_STEP_LENGTH] > 0
-        return tf.nest.map_structure(
-            lambda x: tf.boolean_mask(x, keep), _select_n_step_fields(full)
-        )
+        return _select_n_step_fields(nstep.add_n_step_fields(steps, self.n, float(self.gamma)))
 
     def compute_windows(self, steps):
-        count = tf.maximum(tf.shape(steps[types.IS_FIRST])[0] - 1, 0)
-        return tf.range(count), tf.ones([count], tf.int32)
+        # Item t spans rows t .. t + k, k = min(n, L - t): its next observation is row t + k.
+        size = tf.shape(steps[types.IS_FIRST])[0]
+        starts = tf.range(tf.maximum(size - 1, 0))
+        return starts, tf.minimum(self.n, size - 1 - starts) + 1
+
+    def reference_item(self, columns, first, stop):
+        item = {
+            key: tree.map_structure(lambda c: c[first], value) for key, value in columns.items()
+        }
+        observation = columns[types.OBSERVATION]
+        return {
+            **item,
+            types.NEXT_OBSERVATION: tree.map_structure(lambda c: c[stop - 1], observation),
+        }
+
+    def gather_items(self, rows, starts, sizes):
+        items = tf.nest.map_structure(lambda x: tf.gather(x, starts), rows)
+        ahead = tf.nest.map_structure(
+            lambda x: tf.gather(x, starts + sizes - 1), rows[types.OBSERVATION]
+        )
+        return {**items, types.NEXT_OBSERVATION: ahead}
 
     def map_frame_formats(self, formats, *, policy_info_fn=None):
         del policy_info_fn
@@ -309,33 +316,14 @@ class NStep(ItemKind):
             lambda s: tf.TensorSpec([None, *s.shape], s.dtype), step_spec
         )
         rows = tf.function(self.compute_rows).get_concrete_function(batched)
-        return tf.nest.map_structure(
+        spec = tf.nest.map_structure(
             lambda t: tf.TensorSpec(t.shape[1:], t.dtype), rows.structured_outputs
         )
+        return {**spec, types.NEXT_OBSERVATION: spec[types.OBSERVATION]}
 
     @property
     def max_span(self) -> int:
-        return 1
-
-    @property
-    def window_pattern(self) -> WindowPattern:
-        return WindowPattern(length=1, squeeze=True)
-
-
-def _compute_masked_step_rows(steps: types.Nest, padding: int) -> types.Nest:
-    """Returns the steps plus `mask` (true), followed by `padding` null rows.
-
-    The discounts follow the flags, as in two-step items: 0 into and on a terminal step.
-    """
-    size = tf.shape(steps[types.IS_FIRST])[0]
-    rows = {**episodes_lib.apply_terminal_discounts(steps), types.MASK: tf.ones([size], tf.bool)}
-    return _append_padding(rows, padding) if padding else rows
-
-
-def _compute_masked_step_spec(episodes: tf.data.Dataset, length: int | None) -> dict:
-    step_spec = specs.get_step_spec(episodes)
-    spec = {**step_spec, types.MASK: tf.TensorSpec([], tf.bool)}
-    return tf.nest.map_structure(lambda s: tf.TensorSpec([length, *s.shape], s.dtype), spec)
+        return self.n + 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -366,7 +354,7 @@ class Sequence(ItemKind):
     def compute_rows(self, steps, *, policy_info_fn=None):
         del policy_info_fn
         pads = self.end in (types.EndBehavior.PAD, types.EndBehavior.LAST)
-        return _compute_masked_step_rows(steps, self.length - 1 if pads else 0)
+        return item_rows.compute_masked_step_rows(steps, self.length - 1 if pads else 0)
 
     def compute_windows(self, steps):
         size = tf.shape(steps[types.IS_FIRST])[0]
@@ -376,7 +364,7 @@ class Sequence(ItemKind):
 
     def compute_item_spec(self, episodes, *, policy_info_fn=None):
         fixed = self.end is not types.EndBehavior.TRUNCATE
-        return _compute_masked_step_spec(episodes, self.length if fixed else None)
+        return item_rows.compute_masked_step_spec(episodes, self.length if fixed else None)
 
     @property
     def max_span(self) -> int:
@@ -422,7 +410,7 @@ class Episode(ItemKind):
 
     def compute_rows(self, steps, *, policy_info_fn=None):
         del policy_info_fn
-        return _compute_masked_step_rows(steps, self.max_length - 1)
+        return item_rows.compute_masked_step_rows(steps, self.max_length - 1)
 
     def compute_windows(self, steps):
         size = tf.shape(steps[types.IS_FIRST])[0]
@@ -433,7 +421,7 @@ class Episode(ItemKind):
         return starts, tf.fill(tf.shape(starts), self.max_length)
 
     def compute_item_spec(self, episodes, *, policy_info_fn=None):
-        return _compute_masked_step_spec(episodes, self.max_length)
+        return item_rows.compute_masked_step_spec(episodes, self.max_length)
 
     def describe_length_problem(self, length):
         if length <= self.max_length or self.overflow is not EpisodeOverflow.ERROR:

@@ -17,6 +17,7 @@ import tensorflow as tf
 from rlds_reverb.check import validation
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import specs, types
+from rlds_reverb.transform import item_rows
 from rlds_reverb.transform import items as items_lib
 
 __all__ = [
@@ -58,22 +59,6 @@ class EpisodePlan(NamedTuple):
         return len(self.starts)
 
 
-def gather_items(
-    rows: types.Nest, starts: tf.Tensor, sizes: tf.Tensor, item: items_lib.ItemKind
-) -> types.Nest:
-    """Returns the items as one batch: `[N, span, ...]` leaves (zeros past an item's end).
-
-    Items without a time axis (`item.squeeze`) give `[N, ...]` leaves. This is the batch a
-    priority function sees.
-    """
-    if item.squeeze:
-        return tf.nest.map_structure(lambda x: tf.gather(x, starts), rows)
-    offsets = tf.range(item.max_span)[None, :]
-    last = tf.maximum(tf.shape(tf.nest.flatten(rows)[0])[0] - 1, 0)
-    index = tf.minimum(starts[:, None] + offsets, last)
-    return episodes_lib.gather_windows(rows, index, offsets < sizes[:, None])
-
-
 def make_episode_plans(
     episodes: tf.data.Dataset,
     item: items_lib.ItemKind,
@@ -101,7 +86,7 @@ def make_episode_plans(
         starts, sizes = (tf.cast(x, tf.int32) for x in item.compute_windows(steps))
         priorities = ()
         if callable(priority):
-            batch = gather_items(rows, starts, sizes, item)
+            batch = item.gather_items(rows, starts, sizes)
             priorities = tf.reshape(tf.cast(priority(batch), tf.float64), [-1])
         return EpisodePlan(validation.summarize_episode(steps), rows, starts, sizes, priorities)
 
@@ -203,7 +188,7 @@ def count_items(episodes: tf.data.Dataset, item: items_lib.ItemKind) -> int:
         return int(count_items_per_episode(episodes, item).sum())
     # Windows across episodes cover the stream of the valid episodes' steps.
     total = _count_per_valid_episode(episodes, item, episodes_lib.episode_length).sum()
-    starts, _ = items_lib.compute_sequence_windows(
+    starts, _ = item_rows.compute_sequence_windows(
         tf.constant(int(total)), stream.length, stream.period, types.EndBehavior.PAD
     )
     return int(tf.size(starts))

@@ -38,6 +38,7 @@ from reverb import structured_writer as sw
 
 from rlds_reverb.core import compat, timeouts, types
 from rlds_reverb.serve import table_info
+from rlds_reverb.transform import item_rows
 from rlds_reverb.transform import items as items_lib
 from rlds_reverb.transform.plans import EpisodePlan
 from rlds_reverb.write import configs as configs_lib
@@ -275,6 +276,8 @@ class TrajectoryEngine(_Engine):
         self._timeout_ms = timeout_ms
         self._stream = item.stream_window  # Windows across episodes (CONTINUE), if any.
         self._columns: list[Any] = []  # The writer's history columns, from the first row.
+        self._history: types.Nest = None  # The same columns, in the rows' nest.
+        self._structure: types.Nest = None  # The rows' nest (from the first plan).
         self._appended = 0  # Rows appended since the writer's buffers were last cleared.
         self._last_row: list[np.ndarray] | None = None
         self._created = 0  # Items created (per table) since the last count was taken.
@@ -304,6 +307,7 @@ class TrajectoryEngine(_Engine):
         self._writer.append(row)
         if not self._columns:
             self._columns = tree.flatten(self._writer.history)
+            self._history = tree.unflatten_as(self._structure, self._columns)
             self._chunk_small_columns(row)
         self._appended += 1
         if self._schedule.is_due(self._appended):
@@ -312,10 +316,7 @@ class TrajectoryEngine(_Engine):
     def _create_item(self, start: int, size: int, priority: float | None) -> None:
         # Relative (negative) indices: history slices ending at the newest row need them.
         first, stop = start - self._appended, start + size - self._appended
-        if self._item.squeeze:
-            trajectory = [column[first] for column in self._columns]
-        else:
-            trajectory = [column[first : stop or None] for column in self._columns]
+        trajectory = self._item.reference_item(self._history, first, stop)
         for table in self._tables:
             self._writer.create_item(table, priority, trajectory)
         self._created += 1
@@ -327,6 +328,8 @@ class TrajectoryEngine(_Engine):
         order = np.argsort(starts + sizes, kind='stable')
         ends = (starts + sizes)[order]
         rows = list_rows(plan.rows)
+        if self._structure is None:
+            self._structure = plan.rows
         pointer = 0
         for index, row in enumerate(rows):
             self._append(row)
@@ -345,7 +348,7 @@ class TrajectoryEngine(_Engine):
             self._appended = 0
         return self._take_count()
 
-    def _create_stream_item(self, stream: items_lib.WindowPattern) -> None:
+    def _create_stream_item(self, stream: item_rows.WindowPattern) -> None:
         """Creates the stream window (CONTINUE) ending at the row just appended, if any."""
         start = self._appended - stream.length
         if start >= 0 and start % stream.period == 0:
@@ -357,7 +360,7 @@ class TrajectoryEngine(_Engine):
         if stream is None or self._last_row is None:
             return 0
         total = self._appended
-        starts, _ = items_lib.compute_sequence_windows(
+        starts, _ = item_rows.compute_sequence_windows(
             tf.constant(total), stream.length, stream.period, types.EndBehavior.PAD
         )
         tail = [int(s) for s in starts.numpy() if int(s) + stream.length > total]
@@ -380,7 +383,7 @@ def make_engine(
     item: items_lib.ItemKind,
     table_names: list[str],
     *,
-    num_columns: int,
+    row_structure: types.Nest,
     priority: float | None,
     kind: EngineKind | str = EngineKind.AUTO,
     max_in_flight_items: int,
@@ -392,7 +395,7 @@ def make_engine(
       client: The Reverb client.
       item: The item kind.
       table_names: The tables that get every item.
-      num_columns: Leaves per row.
+      row_structure: The nest of one episode's rows (a plan's `rows`, or their spec).
       priority: The constant priority, or None for per-item priorities in the plans.
       kind: Which engine (`EngineKind`, or its value); AUTO picks the StructuredWriter when
         it can create the items.
@@ -405,7 +408,7 @@ def make_engine(
     kind = types.as_enum(EngineKind, kind, argument='engine')
     configs = None
     if priority is not None and kind is not EngineKind.TRAJECTORY:
-        configs = configs_lib.make_item_configs(item, num_columns, table_names, priority)
+        configs = configs_lib.make_item_configs(item, row_structure, table_names, priority)
     if configs is not None:
         return StructuredEngine(
             client, configs, max_in_flight_items=max_in_flight_items, timeout_ms=timeout_ms
