@@ -153,7 +153,9 @@ def measure_convert(directory, layout, frames: dict[str, np.ndarray], rounds: in
     per_round = [
         c / d
         for c, d in zip(
-            rates['convert, encoded, frames decoded'], rates['limit: decode alone (in memory)'], strict=False
+            rates['convert, encoded, frames decoded'],
+            rates['limit: decode alone (in memory)'],
+            strict=False,
         )
     ]
     print(f'  convert / limit, round by round: {", ".join(f"{x:.0%}" for x in per_round)}')

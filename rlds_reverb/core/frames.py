@@ -441,7 +441,7 @@ class _Decoding:
                 else:
                     out[key] = self.walk(value, (*prefix, key))
             return out
-        if isinstance(node, tuple) and hasattr(node, '_fields'):  # A namedtuple: by name.
+        if _is_namedtuple(node):  # By field name.
             return node._replace(**{f: self.walk_field(node, f, prefix) for f in node._fields})
         if isinstance(node, tuple | list):
             return type(node)(self.walk(item, prefix) for item in node)
@@ -455,6 +455,10 @@ class _Decoding:
                 _refuse_mask(path)
             return self.decode(value, path)[0]
         return self.walk(value, (*prefix, field))
+
+
+def _is_namedtuple(node: Any) -> bool:
+    return isinstance(node, tuple) and hasattr(node, '_fields')
 
 
 def _is_string(value: Any) -> bool:

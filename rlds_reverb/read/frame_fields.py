@@ -36,7 +36,7 @@ def find_frame_format(feature: Any) -> FrameFormat | None:
     if len(shape) != 3 or shape[-1] is None:
         return None
     codec = feature.encoding_format or 'png'  # TFDS encodes as PNG when it is unset.
-    return FrameFormat(codec, shape)  # type: ignore[arg-type]
+    return FrameFormat(codec, shape)
 
 
 def list_step_frame_fields(step_features: Mapping, prefix: tuple[str, ...] = ()) -> dict:

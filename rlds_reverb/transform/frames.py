@@ -98,9 +98,10 @@ def _map_fields(node: Any, fns: Mapping[str, Callable[[Any], Any]], prefix: tupl
         return fns[path](node)
     if isinstance(node, Mapping):
         return {k: _map_fields(v, fns, (*prefix, k)) for k, v in node.items()}
-    if isinstance(node, tuple) and hasattr(node, '_fields'):
-        fields = {f: _map_fields(getattr(node, f), fns, (*prefix, f)) for f in node._fields}
-        return node._replace(**fields)
+    if isinstance(node, tuple) and hasattr(node, '_fields'):  # A namedtuple: by field name.
+        named: Any = node
+        fields = {f: _map_fields(getattr(named, f), fns, (*prefix, f)) for f in named._fields}
+        return named._replace(**fields)
     if isinstance(node, tuple | list):
         return type(node)(_map_fields(item, fns, prefix) for item in node)
     return node
@@ -303,12 +304,12 @@ def crop_frames(
       >>> episodes.apply(frames.crop_frames({'observation/image': (224, 224)}, mode='random'))
     """
     sizes = _check_sizes(sizes, argument='sizes')
-    mode = types.as_enum(CropMode, mode, argument='mode')
+    crop_mode: CropMode = types.as_enum(CropMode, mode, argument='mode')
     seed = checks.check_int_at_least(seed, 0, argument='seed')
 
     def _crop(element: Any, index: tf.Tensor) -> Any:
         fns = {
-            path: _cropper(size, mode, _seed_of(seed, index, number))
+            path: _cropper(size, crop_mode, _seed_of(seed, index, number))
             for number, (path, size) in enumerate(sorted(sizes.items()))
         }
         return _map_fields(element, fns)
