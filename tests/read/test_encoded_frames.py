@@ -15,10 +15,12 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 import rlds_reverb
+from rlds_reverb.check import stats
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import errors, frames, types
 from rlds_reverb.core.frames import FrameFormat
 from rlds_reverb.read import loading
+from rlds_reverb.storage import tfds_writer
 from tests import builders, users_data
 from tests import robot_data as rd
 from tests.d4rl_files import write_d4rl_file
@@ -84,6 +86,20 @@ def test_list_frame_fields_names_a_source_that_is_not_a_dataset(tmp_path):
         rlds_reverb.list_frame_fields(tmp_path / 'nothing')
     with pytest.raises(TypeError):
         rlds_reverb.list_frame_fields(42)
+    features = tfds.features.FeaturesDict({'label': tfds.features.Scalar(dtype=np.int64)})
+    plain = tfds_writer.write_rlds_dataset(
+        tmp_path / 'plain' / '1.0.0', [{'label': 3}], features=features, name='plain'
+    )
+    with pytest.raises(errors.SourceError, match='not an RLDS dataset'):
+        rlds_reverb.list_frame_fields(plain)
+
+
+def test_encoded_episodes_validate_and_describe_as_decoded_ones(robot_dir):
+    encoded = rlds_reverb.load(robot_dir, encoded_frames='all')
+    report = rlds_reverb.validate(encoded, on_invalid='report')
+    assert report.ok and report.episodes == len(rd.ROBOT_SPEC.lengths)
+    found = stats.describe_dataset(encoded)
+    assert found.steps == rd.ROBOT_SPEC.num_steps
 
 
 def test_encoded_fields_hold_the_stored_bytes_and_the_formats(robot_dir):
