@@ -18,6 +18,7 @@ from typing import NamedTuple
 import tensorflow as tf
 
 from rlds_reverb.core import episodes, types
+from rlds_reverb.core.frames import FrameFormat
 
 
 def is_rlds(dataset: tf.data.Dataset) -> bool:
@@ -103,6 +104,8 @@ class Bounds(NamedTuple):
 
 
 BoundedStepsFn = Callable[[types.Step, Bounds], types.Step]
+# The frame formats of a transform's output from its input's (fields it adds).
+FramesFn = Callable[[dict[str, FrameFormat]], dict[str, FrameFormat]]
 
 
 def bounds_from_splits(is_terminal: tf.Tensor, row_splits: tf.Tensor) -> Bounds:
@@ -136,6 +139,7 @@ def map_episodes(
     *,
     episodes_per_call: int = 1,
     autograph: bool = False,
+    frames_fn: FramesFn | None = None,
 ) -> tf.data.Dataset:
     """Applies `fn` to whole episodes, `episodes_per_call` at a time, keeping their order.
 
@@ -146,6 +150,9 @@ def map_episodes(
     asked for, as it must be around user code such as a value function (then only what
     `fn` calls unmarked is converted: mark the toolkit's own functions with
     `episodes.without_autograph`).
+
+    An RLDS dataset with encoded frames (`episodes.find_frame_formats`) keeps their formats,
+    with those of the fields `fn` adds (`frames_fn`: the output's formats from the input's).
     """
     # Unconverted, the whole traced function (fn included) is left as written.
     maybe_convert = (lambda f: f) if autograph else episodes.without_autograph
@@ -153,6 +160,9 @@ def map_episodes(
     get_split_bounds = episodes.without_autograph(bounds_from_splits)
     flatten = episodes.without_autograph(_flatten_episodes)
     rlds = is_rlds(dataset)
+    formats = episodes.find_frame_formats(dataset)
+    if frames_fn is not None:
+        formats = frames_fn(formats)
     if rlds:
         dataset = episodes.to_whole_episodes(dataset)
 
@@ -185,7 +195,7 @@ def map_episodes(
         if not rlds:
             dataset = dataset.map(episodes.without_autograph(lambda element: element))
     # RLDS out, its tensor form remembered: a next adder or push skips the nested steps.
-    return episodes.from_whole_episodes(dataset) if rlds else dataset
+    return episodes.from_whole_episodes(dataset, frame_formats=formats) if rlds else dataset
 
 
 def _flatten_episodes(batch: types.Step):

@@ -22,9 +22,11 @@ import tensorflow as tf
 
 from adders import _broadcast, _episode
 from rlds_reverb.core import checks, episodes, types
+from rlds_reverb.core.frames import FrameFormat
 
 __all__ = [
     'add_n_step_fields',
+    'add_next_frame_formats',
     'n_step',
 ]
 
@@ -81,9 +83,22 @@ def n_step(n: int, gamma: float, *, episodes_per_call: int = 1):
             dataset,
             lambda steps, bounds: compute_n_step_fields(steps, bounds, n, gamma),
             episodes_per_call=episodes_per_call,
+            frames_fn=add_next_frame_formats,
         )
 
     return _transform
+
+
+def add_next_frame_formats(formats: dict[str, FrameFormat]) -> dict[str, FrameFormat]:
+    """Returns `formats` with `next_observation/...` beside each `observation/...` frame
+    field: `next_observation` holds the same encoded frames (empty past the last step)."""
+    prefix = types.OBSERVATION
+    added = {
+        types.NEXT_OBSERVATION + path[len(prefix) :]: fmt
+        for path, fmt in formats.items()
+        if path == prefix or path.startswith(prefix + '/')
+    }
+    return {**formats, **added}
 
 
 def add_n_step_fields(steps: types.Step, n: int, gamma: float) -> types.Step:

@@ -3,7 +3,8 @@
 The verbs, in the order data flows:
 
     load            open an RLDS dataset (a TFDS directory or name, envlogger, Minari, D4RL,
-                    `tf.data`) as whole-episode tensors, through a registry of readers
+                    `tf.data`) as whole-episode tensors, through a registry of readers;
+                    camera frames kept encoded on request (`list_frame_fields`, `frames`)
     validate        check every rule on every episode; name each problem
     statistics      per-field, per-dimension statistics (`compute_statistics`,
                     `ensure_statistics`: saved beside the dataset) and `normalize` with them
@@ -51,6 +52,7 @@ from rlds_reverb.version import __version__
 _EXPORTS = {
     # Modules that are part of the public API under short names.
     'checkpoints': 'rlds_reverb.serve.checkpoints',
+    'frames': 'rlds_reverb.transform.frames',
     'items': 'rlds_reverb.transform.items',
     'observers': 'rlds_reverb.write.observers',
     'priorities': 'rlds_reverb.learn.priorities',
@@ -63,6 +65,7 @@ _EXPORTS = {
     'EmptyTableError': 'rlds_reverb.core.errors:EmptyTableError',
     'EpisodeTooLongError': 'rlds_reverb.core.errors:EpisodeTooLongError',
     'ExportError': 'rlds_reverb.core.errors:ExportError',
+    'FrameFieldError': 'rlds_reverb.core.errors:FrameFieldError',
     'InvalidEpisodeError': 'rlds_reverb.core.errors:InvalidEpisodeError',
     'MinariFormatError': 'rlds_reverb.core.errors:MinariFormatError',
     'PushError': 'rlds_reverb.core.errors:PushError',
@@ -75,11 +78,13 @@ _EXPORTS = {
     'SpecMismatchError': 'rlds_reverb.core.errors:SpecMismatchError',
     'TableError': 'rlds_reverb.core.errors:TableError',
     'TableTooSmallError': 'rlds_reverb.core.errors:TableTooSmallError',
+    'FrameFormat': 'rlds_reverb.core.frames:FrameFormat',
     'create_trajectory_data_spec': 'rlds_reverb.core.specs:create_trajectory_data_spec',
     'get_rlds_step_features': 'rlds_reverb.core.specs:get_rlds_step_features',
     'EndBehavior': 'rlds_reverb.core.types:EndBehavior',
     'ValidationMode': 'rlds_reverb.core.types:ValidationMode',
     'LoadOptions': 'rlds_reverb.read.options:LoadOptions',
+    'list_frame_fields': 'rlds_reverb.read.loading:list_frame_fields',
     'load': 'rlds_reverb.read.loading:load',
     'register_reader': 'rlds_reverb.read.loading:register_reader',
     'write_report': 'rlds_reverb.check.report_html:write_report',
@@ -124,6 +129,8 @@ __all__ = [
     'ExportError',
     'ExportOptions',
     'FieldNormalization',
+    'FrameFieldError',
+    'FrameFormat',
     'InvalidEpisodeError',
     'LearnerDataset',
     'LoadOptions',
@@ -157,8 +164,10 @@ __all__ = [
     'ensure_statistics',
     'export_table',
     'fetch_server_status',
+    'frames',
     'get_rlds_step_features',
     'items',
+    'list_frame_fields',
     'load',
     'normalize',
     'observers',
@@ -190,6 +199,7 @@ if TYPE_CHECKING:
     from rlds_reverb.core.errors import EmptyTableError as EmptyTableError
     from rlds_reverb.core.errors import EpisodeTooLongError as EpisodeTooLongError
     from rlds_reverb.core.errors import ExportError as ExportError
+    from rlds_reverb.core.errors import FrameFieldError as FrameFieldError
     from rlds_reverb.core.errors import InvalidEpisodeError as InvalidEpisodeError
     from rlds_reverb.core.errors import MinariFormatError as MinariFormatError
     from rlds_reverb.core.errors import PushError as PushError
@@ -202,6 +212,7 @@ if TYPE_CHECKING:
     from rlds_reverb.core.errors import SpecMismatchError as SpecMismatchError
     from rlds_reverb.core.errors import TableError as TableError
     from rlds_reverb.core.errors import TableTooSmallError as TableTooSmallError
+    from rlds_reverb.core.frames import FrameFormat as FrameFormat
     from rlds_reverb.core.specs import create_trajectory_data_spec as create_trajectory_data_spec
     from rlds_reverb.core.specs import get_rlds_step_features as get_rlds_step_features
     from rlds_reverb.core.types import EndBehavior as EndBehavior
@@ -219,6 +230,7 @@ if TYPE_CHECKING:
     from rlds_reverb.learn.options import SamplingOptions as SamplingOptions
     from rlds_reverb.learn.sampling import LearnerDataset as LearnerDataset
     from rlds_reverb.learn.sampling import SampleBatch as SampleBatch
+    from rlds_reverb.read.loading import list_frame_fields as list_frame_fields
     from rlds_reverb.read.loading import load as load
     from rlds_reverb.read.loading import register_reader as register_reader
     from rlds_reverb.read.options import LoadOptions as LoadOptions
@@ -226,6 +238,7 @@ if TYPE_CHECKING:
     from rlds_reverb.serve import tables as tables
     from rlds_reverb.serve.status import ServerStatus as ServerStatus
     from rlds_reverb.serve.status import fetch_server_status as fetch_server_status
+    from rlds_reverb.transform import frames as frames
     from rlds_reverb.transform import items as items
     from rlds_reverb.transform.convert import (
         convert_rlds_to_trajectories as convert_rlds_to_trajectories,

@@ -41,6 +41,8 @@ class DatasetStats:
     lengths: np.ndarray
     returns: np.ndarray
     step_spec: dict  # tf.TensorSpec leaves, or raw_records.FieldSpec ones.
+    # The step fields holding encoded frames (image features): path -> 'jpeg 256x320x3'.
+    frame_fields: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def format(self) -> str:
         """Returns a human-readable summary."""
@@ -63,6 +65,9 @@ class DatasetStats:
         for path, spec in tree.flatten_with_path(self.step_spec):
             name = '.'.join(map(str, path))
             lines.append(f'  {name}: {_describe_spec(spec)}')
+        if self.frame_fields:
+            lines.append('frame fields (push them encoded with --encoded-frames PATH or all):')
+            lines.extend(f'  {path}: {fmt}' for path, fmt in sorted(self.frame_fields.items()))
         return '\n'.join(lines)
 
 
@@ -166,4 +171,7 @@ def describe_dataset_files(
                 progress(len(lengths))
     except (OSError, ValueError):
         return None
-    return summarize_episodes(lengths, terminal, finished, returns, step_spec=step_spec)
+    found = summarize_episodes(lengths, terminal, finished, returns, step_spec=step_spec)
+    formats = raw_records.read_frame_formats(directory, steps=types.STEPS) or {}
+    found.frame_fields = {path: fmt.describe() for path, fmt in formats.items()}
+    return found

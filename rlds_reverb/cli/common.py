@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import tqdm
 
-    from rlds_reverb.read.options import CheckFiles
+    from rlds_reverb.read.options import CheckFiles, EncodedFrames
 
 __all__ = [
     'EXIT_ERROR',
@@ -105,5 +105,15 @@ def load_source(
         split=split or args.split,
         data_dir=getattr(args, 'data_dir', None),
         check_files=check_files if 'check_files' in accepts else True,
+        encoded_frames=read_encoded_frames(args),
     )
     return loading.load(args.source, options=options)
+
+
+def read_encoded_frames(args: argparse.Namespace) -> EncodedFrames:
+    """Returns the command's `--encoded-frames` as `LoadOptions.encoded_frames` takes it.
+
+    The flag is repeated once per frame field, or given `all`; without it, None.
+    """
+    given = getattr(args, 'encoded_frames', None) or ()
+    return 'all' if 'all' in given else (tuple(given) or None)

@@ -25,8 +25,11 @@ def _run_info(args: argparse.Namespace) -> int:
         found = summary.describe_dataset_files(args.source, split=args.split)
     if found is None:
         from rlds_reverb.check import stats
+        from rlds_reverb.read import loading
 
         found = stats.describe_dataset(common.load_source(args))
+        formats = loading.list_frame_fields(args.source, data_dir=args.data_dir)
+        found.frame_fields = {path: fmt.describe() for path, fmt in formats.items()}
     print(found.format())
     return common.EXIT_OK
 
@@ -48,8 +51,10 @@ def _run_validate(args: argparse.Namespace) -> int:
 
 
 def add_info_parser(subparsers) -> argparse.ArgumentParser:
-    """Adds `info`: episodes, steps, spec, endings and returns of a dataset."""
-    parser = subparsers.add_parser('info', help='episodes, steps, spec, endings, returns')
+    """Adds `info`: episodes, steps, spec, endings, returns and frame fields of a dataset."""
+    parser = subparsers.add_parser(
+        'info', help='episodes, steps, spec, endings, returns, frame fields'
+    )
     common.add_source_arguments(parser)
     parser.set_defaults(handler=_run_info)
     return parser

@@ -242,7 +242,12 @@ def _push_to_one_server(args: argparse.Namespace, options, progress):
             options=options,
         )
         return stats, []
-    source = parallel.ParallelSource(args.source, args.split, getattr(args, 'data_dir', None))
+    source = parallel.ParallelSource(
+        args.source,
+        args.split,
+        getattr(args, 'data_dir', None),
+        encoded_frames=common.read_encoded_frames(args),
+    )
     result = parallel.push_in_parallel(
         source, args.server, args.table, options, workers=args.workers, progress=progress
     )
@@ -283,6 +288,11 @@ def _push_beam(args: argparse.Namespace) -> int:
         )
     from rlds_reverb.write.options import Writers, check_writers
 
+    if common.read_encoded_frames(args) is not None:
+        raise ValueError(
+            '--servers runs the Apache Beam pipeline, which pushes decoded frames; push '
+            'encoded frames into one server with --server (and --workers N).'
+        )
     options = make_push_options(args)
     check_writers(options, Writers.BEAM, as_flags=True)
     try:
@@ -371,21 +381,24 @@ def _add_item_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _add_write_option_arguments(parser: argparse.ArgumentParser, *, push: bool) -> None:
-    """Adds a flag per option of `PushOptions` that declares one (`Flag`), with its default.
+    """Adds a flag per option of `LoadOptions` and `PushOptions` that declares one (`Flag`),
+    with its default.
 
-    `make_push_options` turns them back into a `PushOptions`: a new option reaches `push`
-    and `serve` from its definition alone.
+    `common.load_source` and `make_push_options` turn them back into the options values: a
+    new option reaches `push` and `serve` from its definition alone.
     """
     import dataclasses
     import enum
 
-    from rlds_reverb.write.options import PushOptions  # Loads without TensorFlow.
+    from rlds_reverb.core import flags
+    from rlds_reverb.read.options import LoadOptions  # Both load without TensorFlow.
+    from rlds_reverb.write.options import PushOptions
 
-    for field in dataclasses.fields(PushOptions):
-        flag = PushOptions.flag_of(field)
+    for field in [*dataclasses.fields(LoadOptions), *dataclasses.fields(PushOptions)]:
+        flag = flags.find_flag(field)
         if flag is None or (flag.push_only and not push):
             continue
-        name, default = PushOptions.flag_name(field.name), field.default
+        name, default = flags.name_flag(field), field.default
         metavar = name[2:].replace('-', '_').upper()  # --episode-field: EPISODE_FIELD.
         how: dict = {'dest': field.name, 'help': flag.help}
         if isinstance(default, bool):

@@ -14,12 +14,14 @@ from collections.abc import Callable
 import tensorflow as tf
 
 from rlds_reverb.core import compat, sources, types
+from rlds_reverb.core.frames import FrameFormat, FrameFormats
 
 __all__ = [
     'EpisodeDataset',
     'batch_steps',
     'compute_terminal_discounts',
     'episode_length',
+    'find_frame_formats',
     'to_episode_tensors',
 ]
 
@@ -99,14 +101,27 @@ class EpisodeDataset(compat.DeferredDataset):
     so a chain such as `.skip(a).take(n)` traces the decoding once, and a bulk reader of
     the source (validate's record checks) traces none.
 
+    Step fields read with their frames left encoded (`load(..., encoded_frames=...)`) are
+    `tf.string` tensors; `frame_formats` says how each is encoded (`core.frames`), and
+    `take`, `skip`, `shard` and the adders keep it.
+
     Args:
       source: What the episodes come from.
       element_spec: The episodes' spec when known (a selection keeps its dataset's); None
         builds the pipeline now to learn it.
+      frame_formats: The formats of the step fields that hold encoded frames, by path
+        (`'observation/image'`); empty when none does.
     """
 
-    def __init__(self, source: sources.EpisodeSource, *, element_spec=None):
+    def __init__(
+        self,
+        source: sources.EpisodeSource,
+        *,
+        element_spec=None,
+        frame_formats: FrameFormats | None = None,
+    ):
         self._source = source
+        self._frame_formats = dict(frame_formats or {})
         self._whole = None
         self._rlds = None
         # Built later only in eager mode (then lifted out of any function being traced).
@@ -150,13 +165,22 @@ class EpisodeDataset(compat.DeferredDataset):
         return self._source
 
     @property
+    def frame_formats(self) -> dict[str, FrameFormat]:
+        """The formats of the step fields holding encoded frames, by path (a copy)."""
+        return dict(self._frame_formats)
+
+    @property
     def whole_episodes(self) -> tf.data.Dataset:
         """The episodes with `steps` as a nest of whole `[T, ...]` tensors."""
         return self._build_whole()
 
     def _select(self, selection: sources.Selection) -> EpisodeDataset:
         selection.apply(tf.data.Dataset.range(0))  # Bad arguments raise now, as in tf.data.
-        return EpisodeDataset(self._source.select(selection), element_spec=self._element_spec)
+        return EpisodeDataset(
+            self._source.select(selection),
+            element_spec=self._element_spec,
+            frame_formats=self._frame_formats,
+        )
 
     def take(self, count, name=None) -> EpisodeDataset:
         """As `tf.data.Dataset.take`, on the source: the result reads whole episodes too."""
@@ -171,16 +195,24 @@ class EpisodeDataset(compat.DeferredDataset):
         return self._select(sources.Shard(num_shards, index, name))
 
 
-def from_source(source: sources.EpisodeSource) -> EpisodeDataset:
+def from_source(
+    source: sources.EpisodeSource, *, frame_formats: FrameFormats | None = None
+) -> EpisodeDataset:
     """Returns the RLDS dataset of `source`'s episodes (an `EpisodeDataset`).
+
+    Args:
+      source: What the episodes come from.
+      frame_formats: The formats of the step fields holding encoded frames, by path.
 
     Example:
       >>> episodes = from_source(sources.DatasetSource(whole_episodes))
     """
-    return EpisodeDataset(source)
+    return EpisodeDataset(source, frame_formats=frame_formats)
 
 
-def from_whole_episodes(whole_episodes: tf.data.Dataset) -> EpisodeDataset:
+def from_whole_episodes(
+    whole_episodes: tf.data.Dataset, *, frame_formats: FrameFormats | None = None
+) -> EpisodeDataset:
     """Returns the RLDS dataset of whole episodes, remembering their tensor form.
 
     The RLDS dataset is what users see and may transform further; the toolkit's own
@@ -191,11 +223,25 @@ def from_whole_episodes(whole_episodes: tf.data.Dataset) -> EpisodeDataset:
     Args:
       whole_episodes: Episodes as dicts: episode-level fields and `steps`, a nest of
         `[T, ...]` tensors.
+      frame_formats: The formats of the step fields holding encoded frames, by path.
 
     Returns:
       An RLDS dataset: the same episodes with `steps` as a `tf.data.Dataset` of steps.
     """
-    return EpisodeDataset(sources.DatasetSource(whole_episodes))
+    return EpisodeDataset(sources.DatasetSource(whole_episodes), frame_formats=frame_formats)
+
+
+def find_frame_formats(episodes: tf.data.Dataset) -> dict[str, FrameFormat]:
+    """Returns the formats of the step fields of `episodes` that hold encoded frames.
+
+    Empty for a dataset read with its frames decoded (the default of `load`), and for a
+    plain `tf.data.Dataset` (which carries no formats: give functions `frame_formats=`).
+
+    Example:
+      >>> find_frame_formats(rlds_reverb.load(path, encoded_frames='all'))
+      {'observation/image': FrameFormat(codec='jpeg', shape=(256, 320, 3))}
+    """
+    return episodes.frame_formats if isinstance(episodes, EpisodeDataset) else {}
 
 
 def find_source(episodes: tf.data.Dataset) -> sources.EpisodeSource | None:

@@ -14,6 +14,7 @@ __all__ = [
     'EmptyTableError',
     'EpisodeTooLongError',
     'ExportError',
+    'FrameFieldError',
     'InvalidEpisodeError',
     'MinariFormatError',
     'PushError',
@@ -104,6 +105,13 @@ class SpecMismatchError(RldsReverbError, ValueError):
         }
         args = (self.message, self.differences)
         return (_rebuild, (type(self), args, keywords), self.__dict__)
+
+
+class FrameFieldError(RldsReverbError, ValueError):
+    """A field named as holding encoded frames does not: an `encoded_frames` path that is
+    no image field of the source, a frame field a decode names that the data lacks, or a
+    reader that holds no encoded frames asked for them. The message lists the frame
+    fields there are."""
 
 
 class InvalidEpisodeError(RldsReverbError, tf.errors.InvalidArgumentError):

@@ -13,7 +13,8 @@ if TYPE_CHECKING:
     from tf_agents.specs import tensor_spec
     from tf_agents.trajectories import trajectory
 
-from rlds_reverb.core import types
+from rlds_reverb.core import episodes as episodes_lib
+from rlds_reverb.core import frames, types
 from rlds_reverb.core.errors import SourceError, SpecMismatchError
 
 __all__ = [
@@ -139,6 +140,8 @@ def create_trajectory_data_spec(
     *,
     policy_info_fn: PolicyInfoFn = None,
     extra_fields: types.ExtraFields | str = types.ExtraFields.DROP,
+    decode_frames: frames.FrameSelection | None = frames.ALL,
+    frame_formats: frames.FrameFormats | None = None,
 ) -> trajectory.Trajectory:
     """Creates the trajectory spec for a Reverb table or replay buffer fed from `rlds_data`.
 
@@ -153,12 +156,19 @@ def create_trajectory_data_spec(
       policy_info_fn: The function later given to the converter, if any.
       extra_fields: `'drop'` (default, as TF-Agents) or `'policy_info'`
         (`types.ExtraFields`); give the converter the same.
+      decode_frames: For step fields holding encoded frames (`load(...,
+        encoded_frames=...)`): which are decoded, as the converter decodes them by default
+        ('all': `uint8[H, W, C]` specs); the others stay `tf.string`. Give the converter
+        the same.
+      frame_formats: The frame fields' formats; default: the dataset's
+        (`core.episodes.find_frame_formats`).
 
     Returns:
       A `Trajectory` of specs for one (unbatched) two-step trajectory.
 
     Raises:
       ValueError: If no RLDS steps exist in `rlds_data`, or the step spec is invalid.
+      FrameFieldError: If `decode_frames` names a field that holds no encoded frames.
 
     Example:
       >>> spec = create_trajectory_data_spec(rlds_reverb.load(path))
@@ -168,6 +178,10 @@ def create_trajectory_data_spec(
 
     with use_tf_agents_messages():
         step_spec = get_step_spec(rlds_data)
+    if frame_formats is None:
+        frame_formats = episodes_lib.find_frame_formats(rlds_data)
+    decoded = frames.select_formats(frame_formats, decode_frames, argument='decode_frames')
+    step_spec = frames.decode_spec(step_spec, decoded)
     info = trace_policy_info_spec(step_spec, policy_info_fn, extra_fields=extra_fields)
     time_step_spec = ts.time_step_spec(step_spec[types.OBSERVATION], step_spec[types.REWARD])
     action_spec = policy_step.PolicyStep(step_spec[types.ACTION], info=info)

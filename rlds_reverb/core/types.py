@@ -35,6 +35,7 @@ __all__ = [
     'GOAL_OFFSET',
     'GOAL_REACHED',
     'GoalStrategy',
+    'FRAME_PRESENT_SUFFIX',
     'HISTORY_IS_PAD',
     'IS_BURN_IN',
     'IS_FIRST',
@@ -101,6 +102,10 @@ CHUNK_IS_TERMINATED = 'chunk_is_terminated'
 GOAL = 'goal'
 GOAL_OFFSET = 'goal_offset'
 GOAL_REACHED = 'goal_reached'
+# The mask a frame decode adds beside a frame field (`rlds_reverb.transform.frames`):
+# `observation/image` decoded gains `observation/image_present`, false where the step
+# stored no frame (an empty string: a missing camera) and the frame is zeros.
+FRAME_PRESENT_SUFFIX = '_present'
 
 # The step fields every RLDS step must hold, in TF-Agents' order.
 REQUIRED_STEP_FIELDS: tuple[str, ...] = (

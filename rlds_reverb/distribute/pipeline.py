@@ -202,7 +202,7 @@ def _check_episodes(
     )
     step_spec = specs.get_step_spec(episodes)
     validation.check_step_spec(step_spec)
-    item_spec = options.item.compute_item_spec(episodes, policy_info_fn=options.policy_info_fn)
+    item_spec = options.item.compute_signature(episodes, policy_info_fn=options.policy_info_fn)
     return step_spec, item_spec
 
 

@@ -28,6 +28,11 @@ Options. `LoadOptions` defines every option (`load(source, split=...)` is
 one it does not accept, given with a value other than its default, is refused by name
 (`SourceError`), never ignored.
 
+Frames. A TFDS source's image features (JPEG or PNG frames) can stay encoded:
+`load(source, encoded_frames='all')` hands them out as the stored bytes, and
+`list_frame_fields(source)` lists them from the features alone (docs/frames.md). Readers
+of sources that hold no encoded frames (Minari, D4RL, `tf.data`) do not accept the option.
+
 Nothing in the files runs: metadata is JSON, and a feature class it names that TFDS would
 import to resolve is refused (`rlds_reverb.read.feature_classes`); nothing is unpickled.
 """
@@ -41,6 +46,7 @@ from typing import Any, TypeAlias
 import tensorflow as tf
 
 from rlds_reverb.core.errors import SourceError
+from rlds_reverb.core.frames import FrameFormat
 from rlds_reverb.read import d4rl, minari, readers, tfds_reader
 from rlds_reverb.read.options import LoadOptions, make_options
 from rlds_reverb.read.tfds_dirs import open_builder
@@ -49,6 +55,7 @@ __all__ = [
     'Source',
     'TfDataReader',
     'find_reader',
+    'list_frame_fields',
     'list_readers',
     'load',
     'open_builder',
@@ -205,7 +212,7 @@ def load(
       options: How to open it (`LoadOptions`); the defaults when None.
       **overrides: Any `LoadOptions` field (`split='train[:10%]'`, `step_fields=[...]`,
         `data_dir=...`, `shuffle_files=`, `read_config=`, `check_files=`,
-        `whole_episodes=`), replacing that field of `options`.
+        `whole_episodes=`, `encoded_frames=`), replacing that field of `options`.
 
     Returns:
       An RLDS dataset: episodes holding a `steps` dataset with every required field.
@@ -222,6 +229,8 @@ def load(
         or an option is given that the source's reader does not accept.
       SpecMismatchError: If a required step field other than `discount` is missing, or
         `step_fields` names a field the steps do not have.
+      FrameFieldError: If `encoded_frames` names a field that is not a frame field of the
+        source (the message lists those that are).
       TypeError: If `source` is neither a dataset, a path nor a string (nor a source a
         registered reader recognizes), an override is not an option of `load`, or an
         option has the wrong type (`LoadOptions`).
@@ -232,8 +241,44 @@ def load(
       >>> episodes = load('~/tensorflow_datasets/cartpole_v1/1.0.0')
       >>> episodes = load('cartpole_v1', data_dir='/tmp/data', split='train[:10]')
       >>> episodes = load('/data/door-human-v2', options=LoadOptions(split='train[:50%]'))
+      >>> episodes = load('/data/fractal/0.1.0', encoded_frames='all')  # JPEG bytes kept
     """
     options = make_options(options, overrides)
     reader = find_reader(source)
     _refuse_unaccepted(reader, options, source)
     return reader.open(source, options)
+
+
+def list_frame_fields(
+    source: Source, *, data_dir: str | os.PathLike | None = None
+) -> dict[str, FrameFormat]:
+    """Returns the step fields of `source` that hold encoded frames, and their formats.
+
+    From the source's features alone: no episode is read. These are the fields
+    `load(source, encoded_frames=...)` can keep encoded. A reader lists them with its
+    optional `list_frame_fields(source, options)` method (`readers.Reader`); a source
+    whose reader has none holds no encoded frames (`{}`).
+
+    Args:
+      source: Any source `load` takes.
+      data_dir: Where to look up a TFDS dataset name.
+
+    Returns:
+      `{path: FrameFormat}`, such as `{'observation/image': FrameFormat('jpeg', (256, 320,
+      3))}`, sorted by path.
+
+    Raises:
+      SourceNotFoundError: If the path does not exist or no dataset has that name.
+      SourceError: If the source is not an RLDS dataset.
+      TypeError: If no reader recognizes `source`.
+
+    Example:
+      >>> rlds_reverb.list_frame_fields('/data/fractal/0.1.0')
+      {'observation/image': FrameFormat(codec='jpeg', shape=(256, 320, 3))}
+    """
+    reader = find_reader(source)
+    lister = getattr(reader, 'list_frame_fields', None)
+    if lister is None:
+        return {}
+    found = lister(source, LoadOptions(data_dir=data_dir))
+    return dict(sorted(found.items()))

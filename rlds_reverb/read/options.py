@@ -15,14 +15,18 @@ import os
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
-from rlds_reverb.core import checks
+from rlds_reverb.core import checks, flags
 
 if TYPE_CHECKING:
     import tensorflow_datasets as tfds
 
-__all__ = ['CheckFiles', 'LoadOptions', 'StepPaths', 'make_options']
+__all__ = ['ALL_FRAMES', 'CheckFiles', 'EncodedFrames', 'LoadOptions', 'StepPaths', 'make_options']
 
 CheckFiles = bool | Literal['full']
+# `encoded_frames='all'`: every frame field of the source stays encoded.
+ALL_FRAMES = 'all'
+# Which frame fields stay encoded: none (None), all of them, or these `/` paths.
+EncodedFrames = Literal['all'] | Sequence[str] | None
 # Step fields chosen with `step_fields`, as key paths ('observation/image' is
 # ('observation', 'image')); None keeps every field.
 StepPaths = tuple[tuple[str, ...], ...] | None
@@ -41,6 +45,7 @@ _NOTES = {
     'check_files': "checks of a TFDS split's shard files",
     'step_fields': 'the step fields to keep',
     'whole_episodes': "False reads TFDS' nested per-step datasets",
+    'encoded_frames': 'the frame fields kept as their encoded bytes',
 }
 
 
@@ -67,12 +72,19 @@ class LoadOptions:
         unless paths inside it are named. None keeps every field.
       whole_episodes: For a TFDS source, read each episode's steps as whole tensors (the
         fast path); False reads TFDS' nested per-step dataset.
+      encoded_frames: The frame fields (image features: JPEG or PNG frames) that stay as
+        the bytes the source stores, `tf.string` per step, unchanged (no decode, no
+        re-encode): None (default) decodes every frame; `'all'` keeps every frame field
+        encoded; or their `/` paths (`['observation/image']`). `list_frame_fields(source)`
+        lists them; the returned dataset's `frame_formats` says how each is encoded
+        (docs/frames.md). On the command line: `--encoded-frames` (`push`, `serve`).
 
     Raises:
       ValueError: If `check_files` is not True, False or 'full', or `shuffle_files` or
         `whole_episodes` is not a bool.
       TypeError: If `split` is not a string, `step_fields` is not a sequence of strings,
-        or `read_config` is not a `tfds.ReadConfig`.
+        `encoded_frames` is neither None, 'all' nor a sequence of strings, or
+        `read_config` is not a `tfds.ReadConfig`.
 
     Example:
       >>> options = LoadOptions(split='train[:10%]', step_fields=['observation/image'])
@@ -86,6 +98,14 @@ class LoadOptions:
     check_files: CheckFiles = True
     step_fields: Sequence[str] | None = None
     whole_episodes: bool = True
+    encoded_frames: EncodedFrames = dataclasses.field(
+        default=None,
+        metadata=flags.make_flag(
+            "a frame field (`observation/image`) pushed as its encoded bytes, or 'all'; "
+            'repeat for several',
+            repeat=True,
+        ),
+    )
 
     def __post_init__(self) -> None:
         if not isinstance(self.split, str):
@@ -103,6 +123,7 @@ class LoadOptions:
                 raise TypeError(f'read_config must be a tfds.ReadConfig; got {self.read_config!r}.')
         if self.step_fields is not None:
             object.__setattr__(self, 'step_fields', _check_step_fields(self.step_fields))
+        object.__setattr__(self, 'encoded_frames', _check_encoded_frames(self.encoded_frames))
 
     @property
     def step_paths(self) -> StepPaths:
@@ -131,6 +152,21 @@ def _check_step_fields(step_fields: Any) -> tuple[str, ...]:
             f"['observation/image', 'language_instruction']; got {step_fields!r}."
         )
     return tuple(step_fields)
+
+
+def _check_encoded_frames(encoded_frames: Any) -> EncodedFrames:
+    """Returns None, 'all' or a tuple of paths (an empty sequence or ['all'] normalized)."""
+    if encoded_frames is None or encoded_frames == ALL_FRAMES:
+        return encoded_frames
+    if isinstance(encoded_frames, str) or not all(isinstance(f, str) for f in encoded_frames):
+        raise TypeError(
+            f"encoded_frames must be None, 'all' or a sequence of frame field paths such as "
+            f"['observation/image']; got {encoded_frames!r}."
+        )
+    paths = tuple(encoded_frames)
+    if ALL_FRAMES in paths:
+        return ALL_FRAMES
+    return paths or None
 
 
 def _is_default(field: dataclasses.Field, value: Any) -> bool:

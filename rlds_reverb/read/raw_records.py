@@ -21,12 +21,14 @@ import json
 import os
 import pathlib
 
+from rlds_reverb.core.frames import FrameFormat, join_path
 from rlds_reverb.read import feature_classes
 
 __all__ = [
     'FieldSpec',
     'SplitFiles',
     'find_split_files',
+    'read_frame_formats',
     'read_step_spec',
 ]
 
@@ -154,3 +156,36 @@ def read_step_spec(directory: os.PathLike | str, *, steps: str) -> dict | None:
     if not isinstance(described, dict) or not isinstance(described.get(steps), tuple):
         return None
     return described[steps][1]
+
+
+def _list_frame_formats(feature: dict, prefix: tuple[str, ...]) -> dict[str, FrameFormat]:
+    """Returns the uint8 `Image` features of a features.json dict, as the TF path finds them."""
+    found: dict[str, FrameFormat] = {}
+    for name, value in feature.get('featuresDict', {}).get('features', {}).items():
+        kind = _KINDS.get(value.get('pythonClassName', ''))
+        if kind == 'dict':
+            found.update(_list_frame_formats(value, (*prefix, name)))
+        elif kind == 'image' and value.get('image', {}).get('dtype') == 'uint8':
+            image = value['image']
+            dims = [int(d) for d in image.get('shape', {}).get('dimensions', [])]
+            if len(dims) == 3 and dims[2] > 0:
+                shape = tuple(None if d < 0 else d for d in dims)
+                codec = image.get('encodingFormat') or 'png'  # TFDS' default encoding.
+                found[join_path((*prefix, name))] = FrameFormat(codec, shape)  # type: ignore[arg-type]
+    return found
+
+
+def read_frame_formats(directory: os.PathLike | str, *, steps: str) -> dict | None:
+    """Returns the step fields holding encoded frames and their formats, from features.json.
+
+    As `rlds_reverb.list_frame_fields` finds them (uint8 `Image` features), or None when
+    the features cannot be read so (then `load` reads them).
+    """
+    features = _read_json(pathlib.Path(directory) / _FEATURES)
+    if features is None or not set(feature_classes.list_feature_classes(features)) <= set(_KINDS):
+        return None
+    try:
+        step_features = features['featuresDict']['features'][steps]['sequence']['feature']
+        return dict(sorted(_list_frame_formats(step_features, ()).items()))
+    except (AttributeError, KeyError, TypeError, ValueError):
+        return None

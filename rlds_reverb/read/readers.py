@@ -14,6 +14,12 @@ whose steps are a dataset. `finish_episodes` is the common tail every reader may
 it keeps the `step_fields` asked for, fills a missing `discount` with 1.0 (warning once),
 and checks that every required step field is there, naming the source.
 
+A reader whose sources hold encoded frames (image features) accepts `encoded_frames` and
+has one more method, `list_frame_fields(source, options) -> {path: FrameFormat}` (from the
+source's features, no data read), which `loading.list_frame_fields` calls; what it returns
+for `encoded_frames` carries the formats (`core.episodes.from_source(...,
+frame_formats=...)`).
+
 Example, a reader of one episode per `.npz` file (the tests have a complete one):
 
     class NpzReader:
@@ -115,6 +121,6 @@ def finish_episodes(
             return {**episode, types.STEPS: step_fields.fill_discount(steps) if fill else steps}
 
         mapped = sources.MappedSource(episodes.source, episodes_lib.without_autograph(_finish))
-        episodes = episodes_lib.from_source(mapped)
+        episodes = episodes_lib.from_source(mapped, frame_formats=episodes.frame_formats)
     step_fields.check_step_spec(episodes, where=where)
     return episodes

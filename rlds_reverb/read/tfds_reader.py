@@ -13,9 +13,13 @@ file shuffling) goes straight from the shards to whole episodes in one map
 the set-up of `as_dataset` and a second decoding map; any other read goes through TFDS'
 `as_dataset`, with the same episodes.
 
-Step fields left out by `step_fields=` are never decoded, which is where images cost. An
-envlogger recording is a TFDS directory written by TFDS' sequential writer: this reader
-reads it, and names a shard a killed recording left unlisted (`integrity`).
+Step fields left out by `step_fields=` are never decoded, which is where images cost. Frame
+fields named by `encoded_frames=` (`rlds_reverb.read.frame_fields`) are not decoded either:
+each is handed out as the `[T]` `tf.string` of bytes the records hold (TFDS stores an
+`Image` feature as its encoded bytes), and the returned dataset carries their formats
+(`frame_formats`). An envlogger recording is a TFDS directory written by TFDS' sequential
+writer: this reader reads it, and names a shard a killed recording left unlisted
+(`integrity`).
 """
 
 from __future__ import annotations
@@ -32,7 +36,8 @@ import tree
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import sources, types
 from rlds_reverb.core.errors import SourceError
-from rlds_reverb.read import integrity, records, step_fields, tfds_dirs
+from rlds_reverb.core.frames import FrameFormat
+from rlds_reverb.read import frame_fields, integrity, records, step_fields, tfds_dirs
 from rlds_reverb.read.options import LoadOptions
 
 __all__ = ['TfdsReader']
@@ -55,7 +60,7 @@ class TfdsReader:
     name = 'tfds'
     accepts = frozenset(
         {'split', 'data_dir', 'shuffle_files', 'read_config', 'check_files', 'step_fields',
-         'whole_episodes'}
+         'whole_episodes', 'encoded_frames'}
     )  # fmt: skip
 
     def recognizes(self, source: Any) -> bool:
@@ -79,20 +84,47 @@ class TfdsReader:
                 integrity.check_shards(
                     builder, name, where=where, full=options.check_files == 'full'
                 )
+        encoded = _choose_encoded(builder, options, where=where)
         if options.whole_episodes:
-            episodes = _read_whole_episodes(builder, options, where=where)
+            episodes = _read_whole_episodes(builder, options, encoded, where=where)
             step_fields.check_step_spec(episodes, where=where)
             return episodes
+        decoders = {types.STEPS: frame_fields.skip_decoding(encoded)} if encoded else None
         try:
             nested = builder.as_dataset(
                 split=options.split,
                 shuffle_files=options.shuffle_files,
                 read_config=options.read_config,
+                decoders=decoders,
             )
         except _SPLIT_ERRORS as e:
             raise SourceError(f'Could not read split {options.split!r} of {where}: {e}') from e
         selected = step_fields.select_in_steps(nested, options.step_paths, where=where)
         return step_fields.check_episodes(selected, where=where)
+
+    def list_frame_fields(self, source: Any, options: LoadOptions) -> dict[str, FrameFormat]:
+        """Returns the frame fields of the source's steps, from its features alone.
+
+        Raises:
+          SourceNotFoundError: If the path does not exist or no dataset has that name.
+          SourceError: If the source is not an RLDS dataset.
+        """
+        builder, where = tfds_dirs.open_builder_and_describe(source, data_dir=options.data_dir)
+        _check_rlds_features(builder, where=where)
+        return frame_fields.list_step_frame_fields(builder.info.features[types.STEPS].feature)
+
+
+def _choose_encoded(
+    builder: tfds.core.DatasetBuilder, options: LoadOptions, *, where: str
+) -> dict[str, FrameFormat]:
+    """Returns the formats of the selected step fields that stay encoded."""
+    if options.encoded_frames is None:
+        return {}
+    selected = step_fields.select_step_fields(
+        builder.info.features[types.STEPS].feature, options.step_paths, where=where
+    )
+    available = frame_fields.list_step_frame_fields(selected)
+    return frame_fields.choose_encoded(options.encoded_frames, available, where=where)
 
 
 def _check_rlds_features(builder: tfds.core.DatasetBuilder, *, where: str) -> None:
@@ -112,23 +144,35 @@ def _check_rlds_features(builder: tfds.core.DatasetBuilder, *, where: str) -> No
 
 
 def _make_step_decoder(
-    builder: tfds.core.DatasetBuilder, options: LoadOptions, *, where: str
+    builder: tfds.core.DatasetBuilder,
+    options: LoadOptions,
+    encoded: Mapping[str, FrameFormat],
+    *,
+    where: str,
 ) -> tuple[tfds.features.Sequence, Any]:
     """Returns the selected step features as one batch decoder, and the function that
-    decodes an episode's parsed steps with it (counts checked, discount filled)."""
+    decodes an episode's parsed steps with it (counts checked, discount filled).
+
+    The `encoded` frame fields are not decoded: their parsed `[T]` bytes are put back in
+    the steps as they are.
+    """
     paths = options.step_paths
     step_features = step_fields.select_step_fields(
         builder.info.features[types.STEPS].feature, paths, where=where
     )
+    fill = step_fields.lacks_discount(step_features)
+    step_features, _ = frame_fields.split_fields(step_features, encoded)
     # A Sequence decodes each field with its own batch decoder (a whole FeaturesDict would
     # decode step by step with tf.map_fn, ~10x slower here).
     decoder = tfds.features.Sequence(tfds.features.FeaturesDict(step_features))
-    fill = step_fields.lacks_discount(step_features)
     if fill:
         step_fields.warn_no_discount(where)
 
     def _decode_steps(raw: dict) -> dict:
-        steps = decoder.decode_example(step_fields.select_step_fields(raw, paths, where=where))
+        rest, taken = frame_fields.split_fields(
+            step_fields.select_step_fields(raw, paths, where=where), encoded
+        )
+        steps = frame_fields.merge_fields(decoder.decode_example(rest), taken)
         steps = _check_step_counts(steps, where=where)
         return step_fields.fill_discount(steps) if fill else steps
 
@@ -136,7 +180,11 @@ def _make_step_decoder(
 
 
 def _read_whole_episodes(
-    builder: tfds.core.DatasetBuilder, options: LoadOptions, *, where: str
+    builder: tfds.core.DatasetBuilder,
+    options: LoadOptions,
+    encoded: Mapping[str, FrameFormat],
+    *,
+    where: str,
 ) -> episodes_lib.EpisodeDataset:
     """Returns the split's episodes, read as whole `[T, ...]` tensors from their source.
 
@@ -146,7 +194,7 @@ def _read_whole_episodes(
     other encoded features decoded per step inside one op), only for the selected fields,
     and only for the episodes a `take`, `skip` or `shard` keeps.
     """
-    decoder, decode_steps = _make_step_decoder(builder, options, where=where)
+    decoder, decode_steps = _make_step_decoder(builder, options, encoded, where=where)
     serialized_steps = step_fields.select_step_fields(
         builder.info.features[types.STEPS].get_serialized_info(), options.step_paths, where=where
     )
@@ -161,20 +209,22 @@ def _read_whole_episodes(
                     serialized_steps=serialized_steps,
                     decode_steps=decode_steps,
                 )
-                return episodes_lib.from_source(source)
+                return episodes_lib.from_source(source, frame_formats=encoded)
             except _SPLIT_ERRORS:
                 pass  # A split TFDS resolves itself (such as 'all'): as_dataset reads it.
-        encoded = _read_encoded_steps(builder, options, where=where)
+        parsed = _read_encoded_steps(builder, options, where=where)
         decode = episodes_lib.without_autograph(
             lambda episode: {**episode, types.STEPS: decode_steps(episode[types.STEPS])}
         )
-        return episodes_lib.from_source(sources.DatasetSource(encoded, decode))
+        return episodes_lib.from_source(
+            sources.DatasetSource(parsed, decode), frame_formats=encoded
+        )
     except SourceError:
         raise
     except Exception:  # Tracing failed: find and name the field (traced alone, once each).
-        encoded = _read_encoded_steps(builder, options, where=where)
+        parsed = _read_encoded_steps(builder, options, where=where)
         encoded_spec = step_fields.select_step_fields(
-            encoded.element_spec[types.STEPS], options.step_paths, where=where
+            parsed.element_spec[types.STEPS], options.step_paths, where=where
         )
         _check_decodable(decoder, encoded_spec, where=where)
         raise

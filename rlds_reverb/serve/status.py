@@ -11,6 +11,8 @@ is one Reverb keeps (dm-reverb 0.14's `TableInfo`), or follows from them:
 * `removed`: `inserts - size`: items that left the table (evicted by the remover when it
   was full, deleted after `max_times_sampled` samples, or deleted by a client). Reverb
   keeps the count of removals this way (its limiter's delete counter), so it is exact.
+* `frame_fields`: the item fields that hold encoded frames and their formats, as the
+  table's signature records them (`rlds_reverb.core.frames`; none without a signature).
 * `episodes`: episodes that items in the table refer to; `removed_episodes`: episodes no
   item refers to any more; `unique_samples`: items sampled at least once.
 * the rate limiter's cursor, `inserts * samples_per_insert - samples`: a sample may
@@ -50,7 +52,7 @@ from typing import Any
 
 import reverb
 
-from rlds_reverb.core import checks, timeouts
+from rlds_reverb.core import checks, frames, timeouts
 from rlds_reverb.serve import table_info
 
 __all__ = [
@@ -215,6 +217,7 @@ class TableStatus:
     has_signature: bool
     priority_reading: PriorityReading
     priorities: PrioritySummary | None
+    frame_fields: dict[str, str] = dataclasses.field(default_factory=dict)
 
     def format(self) -> str:
         """Returns the table's block of `ServerStatus.format`."""
@@ -242,6 +245,9 @@ class TableStatus:
             lines.append(f'  priorities    {self.priority_reading.value}')
         else:
             lines.append(f'  priorities    {self.priorities.describe()}')
+        if self.frame_fields:
+            described = ', '.join(f'{p} ({f})' for p, f in sorted(self.frame_fields.items()))
+            lines.append(f'  frames        encoded: {described}')
         return '\n'.join(lines)
 
 
@@ -407,6 +413,9 @@ def _read_table(
         has_signature=info.signature is not None,
         priority_reading=reading,
         priorities=priorities,
+        frame_fields={
+            path: fmt.describe() for path, fmt in frames.find_spec_formats(info.signature).items()
+        },
     )
 
 

@@ -23,8 +23,8 @@ from typing import TypeAlias
 
 import reverb
 
-from rlds_reverb.core import specs, timeouts, types
-from rlds_reverb.core.errors import ReverbConnectionError, TableError
+from rlds_reverb.core import frames, specs, timeouts, types
+from rlds_reverb.core.errors import ReverbConnectionError, SpecMismatchError, TableError
 
 __all__ = [
     'CONNECT_TIMEOUT_MS',
@@ -182,7 +182,10 @@ def check_signature(info: TableInfo, spec: types.SpecNest, *, found: str = 'the 
     """Raises `SpecMismatchError` with a leaf-by-leaf diff if the table holds other items.
 
     The table's signature is the expected side; `spec` (what is written or read) is the
-    found side. A table without a signature accepts anything and is not checked.
+    found side. A table without a signature accepts anything and is not checked. Frame
+    fields count too: a table that stores a field's frames encoded (its signature names
+    their format, `core.frames`) and items holding them decoded, or the reverse, or
+    frames of another format, are named with what to do.
 
     Args:
       info: The table's info.
@@ -194,11 +197,42 @@ def check_signature(info: TableInfo, spec: types.SpecNest, *, found: str = 'the 
     """
     if info.signature is None:
         return
-    specs.check_specs_match(
-        info.signature,
-        spec,
-        what=f'Table {info.name!r} signature (expected) vs {found} (found)',
-    )
+    what = f'Table {info.name!r} signature (expected) vs {found} (found)'
+    frame_lines = frames.diff_frame_fields(info.signature, spec)
+    if frame_lines:
+        named = {line.split(':')[0] for line in frame_lines}
+        others = [  # The other leaves' differences (`diff_specs` joins paths with dots).
+            line
+            for line in specs.diff_specs(info.signature, spec)
+            if line.split(':')[0].replace('.', '/') not in named
+        ]
+        raise SpecMismatchError(
+            f'{what}: frame fields differ. {_advise_on_frames(frame_lines)}',
+            [*frame_lines, *others],
+        )
+    specs.check_specs_match(info.signature, spec, what=what)
+
+
+def _advise_on_frames(lines: Sequence[str]) -> str:
+    """Returns what to do about frame fields stored otherwise than the items hold them."""
+    advice = []
+    if any('expected encoded' in line for line in lines):
+        advice.append(
+            'The table stores frames encoded: read the episodes with '
+            "rlds_reverb.load(..., encoded_frames='all') (or those fields' paths)."
+        )
+    if any('expected decoded' in line for line in lines):
+        advice.append(
+            'The table stores decoded frames: read the episodes without encoded_frames, or '
+            'make a new table with signature=tables.signature_for(item, episodes) of the '
+            'encoded episodes.'
+        )
+    if any(' frames, found ' in line and 'encoded' not in line for line in lines):
+        advice.append(
+            'The table stores frames of another format: make a new table with '
+            'signature=tables.signature_for(item, episodes).'
+        )
+    return ' '.join(advice)
 
 
 def count_free_slots(info: TableInfo) -> int:

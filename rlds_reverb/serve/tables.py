@@ -15,7 +15,9 @@ import reverb
 import tensorflow as tf
 
 from rlds_reverb.core import checks, types
+from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core.errors import TableError
+from rlds_reverb.core.frames import FrameFormats
 from rlds_reverb.core.specs import PolicyInfoFn
 from rlds_reverb.transform import carry
 from rlds_reverb.transform import items as items_lib
@@ -226,8 +228,14 @@ def signature_for(
     policy_info_fn: PolicyInfoFn = None,
     episode_fields: Sequence[str] = (),
     add_ids: bool = False,
+    frame_formats: FrameFormats | None = None,
 ) -> types.SpecNest:
     """Returns the table signature for `item`s built from `episodes`.
+
+    Step fields holding encoded frames (`load(..., encoded_frames=...)`) are `tf.string`
+    leaves whose `name` records their format (`frame.jpeg.256x320x3`, `core.frames`):
+    Reverb keeps it, so the table itself says which fields hold encoded frames
+    (`rlds-reverb status`, learners, export).
 
     Args:
       item: The item kind (`items.TwoStep()`, ...).
@@ -235,18 +243,26 @@ def signature_for(
       policy_info_fn: The function given to the push, if any (two-step items only).
       episode_fields: The push's `episode_fields` (episode fields carried into items).
       add_ids: The push's `add_ids` (`episode_id` and `step_index` in every item).
+      frame_formats: The formats of the step fields holding encoded frames, by path;
+        default: the dataset's (`core.episodes.find_frame_formats`; give them for a plain
+        `tf.data` pipeline of encoded frames).
 
     Returns:
       A nest of `TensorSpec`s; for two-step items it equals TF-Agents'
       `add_outer_dim(create_trajectory_data_spec(episodes))` on data without extra step
-      fields (`items.TwoStep()` carries them as `policy_info`; `TwoStep('drop')` does not).
+      fields (`items.TwoStep()` carries them as `policy_info`; `TwoStep('drop')` does not)
+      and without encoded frames.
 
     Example:
       >>> tables.uniform('replay', max_size=10**6,
       ...                signature=tables.signature_for(items.TwoStep(), episodes))
     """
+    if frame_formats is None:
+        frame_formats = episodes_lib.find_frame_formats(episodes)
     episodes = carry.carry_episode_fields(episodes, episode_fields, add_ids=add_ids)
-    return item.compute_item_spec(episodes, policy_info_fn=policy_info_fn)
+    return item.compute_signature(
+        episodes, policy_info_fn=policy_info_fn, frame_formats=frame_formats
+    )
 
 
 class _SampledTableOptions(TypedDict):

@@ -113,5 +113,6 @@ def carry_episode_fields(
             episodes_lib.without_autograph(_carry),
             num_parallel_calls=tf.data.AUTOTUNE,
             deterministic=True,
-        )
+        ),
+        frame_formats=episodes_lib.find_frame_formats(episodes),
     )

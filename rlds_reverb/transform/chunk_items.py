@@ -16,8 +16,10 @@ restructuring (its kind detection, `detect_export_kind`).
 from __future__ import annotations
 
 import dataclasses
+import functools
 
 import tensorflow as tf
+import tree
 
 from adders import _episode
 from adders.chunks import (
@@ -29,8 +31,8 @@ from adders.chunks import (
 )
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import specs, types
-from rlds_reverb.transform import item_base
 from rlds_reverb.transform.item_base import ItemKind
+from rlds_reverb.transform.item_rows import make_null_rows
 
 # Public through `rlds_reverb.transform.items` too (`items.Chunk`).
 __all__ = [
@@ -40,8 +42,38 @@ __all__ = [
 
 def _pad_rows(rows: types.Nest, before: int, after: int) -> types.Nest:
     """Returns `rows` between `before` and `after` null rows."""
-    padded = [item_base.make_null_rows(rows, before), rows, item_base.make_null_rows(rows, after)]
+    padded = [make_null_rows(rows, before), rows, make_null_rows(rows, after)]
     return tf.nest.map_structure(lambda *parts: tf.concat(parts, 0), *padded)
+
+
+@dataclasses.dataclass(frozen=True)
+class ColumnSlice:
+    """The rows of an item's window one row field references.
+
+    Attributes:
+      offset: The first row, counted from the window's start.
+      length: The number of rows (a time axis), or None for the one row at `offset`
+        without a time axis.
+    """
+
+    offset: int
+    length: int | None = None
+
+
+def _reference_slice(column, first: int, columns: ColumnSlice):
+    """Returns a writer column's references for a window that starts at row `first` (< 0,
+    counted from the newest row)."""
+    start = first + columns.offset
+    if columns.length is None:
+        return column[start]
+    return column[start : start + columns.length or None]
+
+
+def _gather_slice(x: tf.Tensor, starts: tf.Tensor, columns: ColumnSlice) -> tf.Tensor:
+    """Returns one field's slice of every window: `[N, length, ...]`, or `[N, ...]`."""
+    if columns.length is None:
+        return tf.gather(x, starts + columns.offset)
+    return tf.gather(x, starts[:, None] + columns.offset + tf.range(columns.length)[None, :])
 
 
 def _with_time_axis(spec: types.SpecNest, length: int) -> types.SpecNest:
@@ -153,17 +185,33 @@ class Chunk(ItemKind):
     def max_span(self) -> int:
         return self.history + self.horizon - 1
 
-    def slice_columns(self, fields):
-        history, chunk = set(self.history_fields), set(self.chunk_fields)
-        step = item_base.ColumnSlice(self.history - 1)
-        return [
-            item_base.ColumnSlice(0, self.history)
-            if field in history
-            else item_base.ColumnSlice(self.history - 1, self.horizon)
-            if field in chunk
-            else step
-            for field in fields
-        ]
+    def _slice_field(self, field: str) -> ColumnSlice:
+        """Returns the rows of an item's window the row field `field` references."""
+        if field in self.history_fields:
+            return ColumnSlice(0, self.history)
+        if field in self.chunk_fields:
+            return ColumnSlice(self.history - 1, self.horizon)
+        return ColumnSlice(self.history - 1)
+
+    def reference_item(self, columns, first, stop):
+        del stop  # Every window spans `max_span` rows.
+        return {
+            field: tree.map_structure(
+                functools.partial(_reference_slice, first=first, columns=self._slice_field(field)),
+                value,
+            )
+            for field, value in columns.items()
+        }
+
+    def gather_items(self, rows, starts, sizes):
+        del sizes
+        return {
+            field: tf.nest.map_structure(
+                functools.partial(_gather_slice, starts=starts, columns=self._slice_field(field)),
+                value,
+            )
+            for field, value in rows.items()
+        }
 
     def fill_padding(self, experience: types.Nest) -> types.Nest:
         """Returns sampled items (one, or a `[B, ...]` batch) with padding as `adders.chunks`

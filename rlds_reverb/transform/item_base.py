@@ -1,72 +1,27 @@
-"""What an item kind is: the base class the writer and the plans call, and its window types.
+"""What an item kind is: the base class the writer, the plans and the signature checks call.
 
 An item kind (`rlds_reverb.transform.items`) turns one episode's steps into rows and
-windows of rows, one window per item. By default every column of an item references the
-whole window; a kind may give each column its own slice of the window (`ColumnSlice`), so
-that, for example, an observation history and an action chunk of one item reference
-different rows.
+windows of rows, one window per item. By default every field of an item references the
+whole window (its first row, for kinds without a time axis); a kind may reference rows of
+its own choosing (`reference_item`, `gather_items`): n-step items take `next_observation`
+from the window's last row, chunk items give the history and the chunk different rows.
 """
 
 from __future__ import annotations
 
 import abc
-import dataclasses
-from collections.abc import Sequence
 
 import tensorflow as tf
 import tree
 
-from rlds_reverb.core import types
+from rlds_reverb.core import episodes as episodes_lib
+from rlds_reverb.core import frames, types
+from rlds_reverb.core.frames import FrameFormat, FrameFormats
 from rlds_reverb.core.specs import PolicyInfoFn
+from rlds_reverb.transform.item_rows import WindowPattern
 
 # Helpers of the package's other modules only; the kinds are public in `items`.
 __all__: list[str] = []
-
-
-@dataclasses.dataclass(frozen=True)
-class WindowPattern:
-    """Items a `reverb.StructuredWriter` can create alone: fixed windows of the newest rows.
-
-    Every `period` rows (once `length` rows are there) an item of the last `length` rows
-    is created; with `squeeze`, `length` is 1 and the item is that row without a time axis.
-    `rlds_reverb.write.configs` turns this into StructuredWriter configs.
-    """
-
-    length: int
-    period: int = 1
-    squeeze: bool = False
-
-
-def make_null_rows(rows: types.Nest, count: int) -> types.Nest:
-    """Returns `count` zero rows shaped like `rows` (flags false, `mask` false)."""
-    return tf.nest.map_structure(
-        lambda x: tf.zeros(tf.concat([[count], tf.shape(x)[1:]], 0), x.dtype), rows
-    )
-
-
-def append_null_rows(rows: types.Nest, count: int) -> types.Nest:
-    """Returns `rows` followed by `count` null rows."""
-    padding = make_null_rows(rows, count)
-    return tf.nest.map_structure(lambda x, p: tf.concat([x, p], 0), rows, padding)
-
-
-@dataclasses.dataclass(frozen=True)
-class ColumnSlice:
-    """The rows of an item's window one column references.
-
-    Attributes:
-      offset: The first row, counted from the window's start.
-      length: The number of rows (a time axis), or None for the one row at `offset`
-        without a time axis.
-    """
-
-    offset: int
-    length: int | None = None
-
-
-def list_column_fields(rows: types.Nest) -> list[str]:
-    """Returns the top-level row field of each column (leaf), in `tree.flatten` order."""
-    return [str(path[0]) for path, _ in tree.flatten_with_path(rows)]
 
 
 class ItemKind(abc.ABC):
@@ -104,6 +59,59 @@ class ItemKind(abc.ABC):
     def max_span(self) -> int:
         """The largest number of rows one item references."""
 
+    def reference_item(self, columns: types.Nest, first: int, stop: int) -> types.Nest:
+        """Returns the item of the window of rows `[first, stop)` as references into the
+        writer's columns (`columns`: the rows' nest of history columns; relative indices).
+
+        A hook: each field is its column's rows of the window, or its first row for items
+        without a time axis (`squeeze`).
+        """
+        if self.squeeze:
+            return tree.map_structure(lambda column: column[first], columns)
+        return tree.map_structure(lambda column: column[first : stop or None], columns)
+
+    def gather_items(self, rows: types.Nest, starts: tf.Tensor, sizes: tf.Tensor) -> types.Nest:
+        """Returns the items as one batch, as the writer references them: `[N, span, ...]`
+        leaves (zeros past an item's end), `[N, ...]` for items without a time axis.
+
+        This is the batch a priority function sees (`plans.make_episode_plans`).
+        """
+        if self.squeeze:
+            return tf.nest.map_structure(lambda x: tf.gather(x, starts), rows)
+        offsets = tf.range(self.max_span)[None, :]
+        last = tf.maximum(tf.shape(tf.nest.flatten(rows)[0])[0] - 1, 0)
+        index = tf.minimum(starts[:, None] + offsets, last)
+        return episodes_lib.gather_windows(rows, index, offsets < sizes[:, None])
+
+    def map_frame_formats(
+        self, formats: FrameFormats, *, policy_info_fn: PolicyInfoFn = None
+    ) -> dict[str, FrameFormat]:
+        """Returns the frame formats of the item's fields (paths in the item spec), from the
+        step fields' (a hook; the same paths here: items hold the step fields)."""
+        del policy_info_fn
+        return dict(formats)
+
+    def compute_signature(
+        self,
+        episodes: tf.data.Dataset,
+        *,
+        policy_info_fn: PolicyInfoFn = None,
+        frame_formats: FrameFormats | None = None,
+    ) -> types.SpecNest:
+        """Returns the item spec with its encoded frame fields named by their format.
+
+        Args:
+          episodes: The RLDS dataset the items come from.
+          policy_info_fn: The push's policy info function, if any.
+          frame_formats: The step fields' frame formats; default: the dataset's
+            (`core.episodes.find_frame_formats`).
+        """
+        if frame_formats is None:
+            frame_formats = episodes_lib.find_frame_formats(episodes)
+        spec = self.compute_item_spec(episodes, policy_info_fn=policy_info_fn)
+        mapped = self.map_frame_formats(frame_formats, policy_info_fn=policy_info_fn)
+        return frames.name_frame_specs(spec, mapped)
+
     @property
     def window_pattern(self) -> WindowPattern | None:
         """The items as fixed windows of the newest rows, or None when they are not."""
@@ -118,14 +126,4 @@ class ItemKind(abc.ABC):
     def describe_length_problem(self, length: int) -> str | None:
         """Returns why an episode of `length` steps cannot be written, or None."""
         del length
-        return None
-
-    def slice_columns(self, fields: Sequence[str]) -> list[ColumnSlice] | None:
-        """Returns, per column of a row, the rows of an item's window it references.
-
-        `fields` names each column's top-level row field (the leaves of a row in
-        `tree.flatten` order). None (the default): every column references the whole
-        window (its first row alone for `squeeze` kinds).
-        """
-        del fields
         return None

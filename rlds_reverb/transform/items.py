@@ -9,7 +9,7 @@ overlapping items share their steps and no observation is stored twice.
 | kind | rows | one item | items per episode of T steps |
 | --- | --- | --- | --- |
 | `TwoStep()` | TF-Agents trajectories | `Trajectory` of `[2, ...]` | T - 1 |
-| `NStep(n, gamma)` | n-step transitions | dict, no time axis | T - 1 |
+| `NStep(n, gamma)` | steps + n-step fields | dict, no time axis | T - 1 |
 | `Sequence(length, period, end)` | steps + `mask` | dict of `[length, ...]` | see below |
 | `Episode(max_length)` | steps + `mask` | dict of `[max_length, ...]` | 1 (or chunks) |
 | `Chunk(history, horizon)` | steps + masks | one step, `[W, ...]` history, `[H, ...]` chunk | T or T - 1 |
@@ -21,10 +21,17 @@ each episode; nothing crosses an episode boundary and a single-step episode give
 `NStep` items are the steps with `n_step_length > 0` after `adders.n_step(n, gamma)`
 (docs/semantics.md §4; the last step of an episode starts no transition), holding `observation`,
 `action`, `n_step_return`, `n_step_discount`, `next_observation`, `n_step_length` and the
-extra step fields.
+extra step fields. Its rows are the steps (without `next_observation`): item t references row
+t for its fields and row t + k for `next_observation`, so each observation is stored once
+(a frame would otherwise be stored twice).
 
 `Sequence` items are the windows of `adders.sequences(length, period, end=end)` without
 `is_burn_in` (docs/semantics.md §6): the step fields plus `mask`, false on padding.
+
+Encoded frames (`load(..., encoded_frames=...)`) are rows of `tf.string` like any step
+field: each frame is appended once, items reference it, and `compute_signature` names the
+frame fields of the item spec by their format (`rlds_reverb.core.frames`), which is what a
+table's signature records.
 
 In every kind, the transition into a terminal step has discount 0 whatever the data says
 (two-step and sequence/episode rows: 0 into and on the terminal step; n-step: a transition
@@ -42,14 +49,14 @@ from collections.abc import Callable
 from typing import cast
 
 import tensorflow as tf
+import tree
 
 from adders import nstep
-from adders.sequences import compute_window_starts
 from rlds_reverb.core import checks, specs, types
-from rlds_reverb.core import episodes as episodes_lib
-from rlds_reverb.transform import convert, item_base
+from rlds_reverb.transform import convert, item_rows
 from rlds_reverb.transform.chunk_items import Chunk
-from rlds_reverb.transform.item_base import ItemKind, WindowPattern
+from rlds_reverb.transform.item_base import ItemKind
+from rlds_reverb.transform.item_rows import WindowPattern, compute_sequence_windows
 
 __all__ = [
     'Chunk',
@@ -66,20 +73,6 @@ __all__ = [
 # Defined with the vocabulary, so that the command line's parser loads without TensorFlow.
 EpisodeOverflow = types.EpisodeOverflow
 ItemName = types.ItemName
-
-
-def compute_sequence_windows(
-    size: tf.Tensor, length: int, period: int, end: types.EndBehavior
-) -> tuple[tf.Tensor, tf.Tensor]:
-    """Returns `(starts, sizes)` of an episode's windows, as `adders.sequences` cuts them.
-
-    TRUNCATE windows end at the episode's end; the others have `length` steps (padded past
-    the end for PAD, and for LAST when T < length).
-    """
-    starts = compute_window_starts(size, length, period, end)
-    if end is types.EndBehavior.TRUNCATE:
-        return starts, tf.minimum(length, size - starts)
-    return starts, tf.fill(tf.shape(starts), length)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -115,9 +108,21 @@ class TwoStep(ItemKind):
 
     def compute_item_spec(self, episodes, *, policy_info_fn=None):
         spec = specs.create_trajectory_data_spec(
-            episodes, policy_info_fn=policy_info_fn, extra_fields=self.extra_fields
+            episodes,
+            policy_info_fn=policy_info_fn,
+            extra_fields=self.extra_fields,
+            decode_frames=None,
         )
         return specs.add_outer_dim(spec)
+
+    def map_frame_formats(self, formats, *, policy_info_fn=None):
+        # Observations keep their paths; extra step fields carried as `policy_info` move
+        # under it (a policy_info_fn's output is its own).
+        kept = {p: f for p, f in formats.items() if p.split('/')[0] == types.OBSERVATION}
+        if policy_info_fn is None and self.extra_fields is types.ExtraFields.POLICY_INFO:
+            moved = {f'{types.POLICY_INFO}/{p}': f for p, f in formats.items() if p not in kept}
+            kept.update(moved)
+        return kept
 
     @property
     def max_span(self) -> int:
@@ -129,21 +134,27 @@ class TwoStep(ItemKind):
 
 
 def _select_n_step_fields(steps: types.Nest) -> dict:
+    """Returns an n-step row's fields: the item's, but `next_observation` (another row's)."""
     fields = (
         types.OBSERVATION,
         types.ACTION,
         types.N_STEP_RETURN,
         types.N_STEP_DISCOUNT,
-        types.NEXT_OBSERVATION,
         types.N_STEP_LENGTH,
     )
-    extras = [f for f in specs.get_extra_step_fields(steps) if f not in fields]
+    extras = [
+        f for f in specs.get_extra_step_fields(steps) if f not in (*fields, types.NEXT_OBSERVATION)
+    ]
     return {f: steps[f] for f in (*fields, *extras)}
 
 
 @dataclasses.dataclass(frozen=True)
 class NStep(ItemKind):
     """N-step transitions (docs/semantics.md §4), one item per step that starts one.
+
+    The rows are the episode's steps with their n-step fields; the item of step t (k =
+    min(n, L - t) steps ahead) is row t, with `next_observation` the observation of row
+    t + k: every observation (every frame) is stored once, and items reference it.
 
     Args:
       n: Steps per transition, >= 1.
@@ -165,15 +176,34 @@ class NStep(ItemKind):
 
     def compute_rows(self, steps, *, policy_info_fn=None):
         del policy_info_fn  # N-step items carry the extra step fields themselves.
-        full = nstep.add_n_step_fields(steps, self.n, float(self.gamma))
-        keep = full[types.N_STEP_LENGTH] > 0
-        return tf.nest.map_structure(
-            lambda x: tf.boolean_mask(x, keep), _select_n_step_fields(full)
-        )
+        return _select_n_step_fields(nstep.add_n_step_fields(steps, self.n, float(self.gamma)))
 
     def compute_windows(self, steps):
-        count = tf.maximum(tf.shape(steps[types.IS_FIRST])[0] - 1, 0)
-        return tf.range(count), tf.ones([count], tf.int32)
+        # Item t spans rows t .. t + k, k = min(n, L - t): its next observation is row t + k.
+        size = tf.shape(steps[types.IS_FIRST])[0]
+        starts = tf.range(tf.maximum(size - 1, 0))
+        return starts, tf.minimum(self.n, size - 1 - starts) + 1
+
+    def reference_item(self, columns, first, stop):
+        item = {
+            key: tree.map_structure(lambda c: c[first], value) for key, value in columns.items()
+        }
+        observation = columns[types.OBSERVATION]
+        return {
+            **item,
+            types.NEXT_OBSERVATION: tree.map_structure(lambda c: c[stop - 1], observation),
+        }
+
+    def gather_items(self, rows, starts, sizes):
+        items = tf.nest.map_structure(lambda x: tf.gather(x, starts), rows)
+        ahead = tf.nest.map_structure(
+            lambda x: tf.gather(x, starts + sizes - 1), rows[types.OBSERVATION]
+        )
+        return {**items, types.NEXT_OBSERVATION: ahead}
+
+    def map_frame_formats(self, formats, *, policy_info_fn=None):
+        del policy_info_fn
+        return nstep.add_next_frame_formats(dict(formats))
 
     def compute_item_spec(self, episodes, *, policy_info_fn=None):
         step_spec = specs.get_step_spec(episodes)
@@ -181,33 +211,14 @@ class NStep(ItemKind):
             lambda s: tf.TensorSpec([None, *s.shape], s.dtype), step_spec
         )
         rows = tf.function(self.compute_rows).get_concrete_function(batched)
-        return tf.nest.map_structure(
+        spec = tf.nest.map_structure(
             lambda t: tf.TensorSpec(t.shape[1:], t.dtype), rows.structured_outputs
         )
+        return {**spec, types.NEXT_OBSERVATION: spec[types.OBSERVATION]}
 
     @property
     def max_span(self) -> int:
-        return 1
-
-    @property
-    def window_pattern(self) -> WindowPattern:
-        return WindowPattern(length=1, squeeze=True)
-
-
-def _compute_masked_step_rows(steps: types.Nest, padding: int) -> types.Nest:
-    """Returns the steps plus `mask` (true), followed by `padding` null rows.
-
-    The discounts follow the flags, as in two-step items: 0 into and on a terminal step.
-    """
-    size = tf.shape(steps[types.IS_FIRST])[0]
-    rows = {**episodes_lib.apply_terminal_discounts(steps), types.MASK: tf.ones([size], tf.bool)}
-    return item_base.append_null_rows(rows, padding) if padding else rows
-
-
-def _compute_masked_step_spec(episodes: tf.data.Dataset, length: int | None) -> dict:
-    step_spec = specs.get_step_spec(episodes)
-    spec = {**step_spec, types.MASK: tf.TensorSpec([], tf.bool)}
-    return tf.nest.map_structure(lambda s: tf.TensorSpec([length, *s.shape], s.dtype), spec)
+        return self.n + 1
 
 
 @dataclasses.dataclass(frozen=True)
@@ -238,7 +249,7 @@ class Sequence(ItemKind):
     def compute_rows(self, steps, *, policy_info_fn=None):
         del policy_info_fn
         pads = self.end in (types.EndBehavior.PAD, types.EndBehavior.LAST)
-        return _compute_masked_step_rows(steps, self.length - 1 if pads else 0)
+        return item_rows.compute_masked_step_rows(steps, self.length - 1 if pads else 0)
 
     def compute_windows(self, steps):
         size = tf.shape(steps[types.IS_FIRST])[0]
@@ -248,7 +259,7 @@ class Sequence(ItemKind):
 
     def compute_item_spec(self, episodes, *, policy_info_fn=None):
         fixed = self.end is not types.EndBehavior.TRUNCATE
-        return _compute_masked_step_spec(episodes, self.length if fixed else None)
+        return item_rows.compute_masked_step_spec(episodes, self.length if fixed else None)
 
     @property
     def max_span(self) -> int:
@@ -294,7 +305,7 @@ class Episode(ItemKind):
 
     def compute_rows(self, steps, *, policy_info_fn=None):
         del policy_info_fn
-        return _compute_masked_step_rows(steps, self.max_length - 1)
+        return item_rows.compute_masked_step_rows(steps, self.max_length - 1)
 
     def compute_windows(self, steps):
         size = tf.shape(steps[types.IS_FIRST])[0]
@@ -305,7 +316,7 @@ class Episode(ItemKind):
         return starts, tf.fill(tf.shape(starts), self.max_length)
 
     def compute_item_spec(self, episodes, *, policy_info_fn=None):
-        return _compute_masked_step_spec(episodes, self.max_length)
+        return item_rows.compute_masked_step_spec(episodes, self.max_length)
 
     def describe_length_problem(self, length):
         if length <= self.max_length or self.overflow is not EpisodeOverflow.ERROR:

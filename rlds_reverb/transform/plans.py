@@ -13,12 +13,11 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import tensorflow as tf
-import tree
 
 from rlds_reverb.check import validation
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import specs, types
-from rlds_reverb.transform import item_base
+from rlds_reverb.transform import item_rows
 from rlds_reverb.transform import items as items_lib
 
 __all__ = [
@@ -60,36 +59,6 @@ class EpisodePlan(NamedTuple):
         return len(self.starts)
 
 
-def gather_items(
-    rows: types.Nest, starts: tf.Tensor, sizes: tf.Tensor, item: items_lib.ItemKind
-) -> types.Nest:
-    """Returns the items as one batch: `[N, span, ...]` leaves (zeros past an item's end).
-
-    Items without a time axis (`item.squeeze`) give `[N, ...]` leaves, and kinds whose
-    columns reference their own slices of the window (`ItemKind.slice_columns`) give each
-    column its slice. This is the batch a priority function sees.
-    """
-    slices = item.slice_columns(item_base.list_column_fields(rows))
-    if slices is not None:
-        leaves = [
-            _gather_column(x, starts, s) for x, s in zip(tree.flatten(rows), slices, strict=True)
-        ]
-        return tree.unflatten_as(rows, leaves)
-    if item.squeeze:
-        return tf.nest.map_structure(lambda x: tf.gather(x, starts), rows)
-    offsets = tf.range(item.max_span)[None, :]
-    last = tf.maximum(tf.shape(tf.nest.flatten(rows)[0])[0] - 1, 0)
-    index = tf.minimum(starts[:, None] + offsets, last)
-    return episodes_lib.gather_windows(rows, index, offsets < sizes[:, None])
-
-
-def _gather_column(x: tf.Tensor, starts: tf.Tensor, column: item_base.ColumnSlice) -> tf.Tensor:
-    """Returns one column's slice of every window: `[N, length, ...]`, or `[N, ...]`."""
-    if column.length is None:
-        return tf.gather(x, starts + column.offset)
-    return tf.gather(x, starts[:, None] + column.offset + tf.range(column.length)[None, :])
-
-
 def make_episode_plans(
     episodes: tf.data.Dataset,
     item: items_lib.ItemKind,
@@ -117,7 +86,7 @@ def make_episode_plans(
         starts, sizes = (tf.cast(x, tf.int32) for x in item.compute_windows(steps))
         priorities = ()
         if callable(priority):
-            batch = gather_items(rows, starts, sizes, item)
+            batch = item.gather_items(rows, starts, sizes)
             priorities = tf.reshape(tf.cast(priority(batch), tf.float64), [-1])
         return EpisodePlan(validation.summarize_episode(steps), rows, starts, sizes, priorities)
 
@@ -219,7 +188,7 @@ def count_items(episodes: tf.data.Dataset, item: items_lib.ItemKind) -> int:
         return int(count_items_per_episode(episodes, item).sum())
     # Windows across episodes cover the stream of the valid episodes' steps.
     total = _count_per_valid_episode(episodes, item, episodes_lib.episode_length).sum()
-    starts, _ = items_lib.compute_sequence_windows(
+    starts, _ = item_rows.compute_sequence_windows(
         tf.constant(int(total)), stream.length, stream.period, types.EndBehavior.PAD
     )
     return int(tf.size(starts))

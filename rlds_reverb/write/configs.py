@@ -14,6 +14,7 @@ from collections.abc import Sequence
 import tree
 from reverb import structured_writer as sw
 
+from rlds_reverb.core import types
 from rlds_reverb.transform import items as items_lib
 
 # Helpers of the package's other modules only: nothing here is public API.
@@ -119,19 +120,57 @@ def make_window_configs(
     return configs
 
 
+def make_n_step_configs(
+    row_structure: types.Nest, tables: Sequence[str], *, n: int, priority: float
+) -> list:
+    """Returns configs creating n-step items (`items.NStep`) from the episode's step rows.
+
+    The item of step t is row t, with `next_observation` the observation of row t + k
+    (k = min(n, L - t)): the observation columns are referenced twice, never copied. While
+    the episode runs, each row i >= n ends the item of t = i - n (k = n); at its end, the
+    last row ends the items of t = L - j for j = n - 1, ..., 1 (in order of t).
+    """
+    flat = [None] * len(tree.flatten(row_structure))
+
+    def _item(rows_back: int):
+        def _refer(refs):
+            row = tree.unflatten_as(row_structure, refs)
+            item = {k: tree.map_structure(lambda r: r[-1 - rows_back], v) for k, v in row.items()}
+            ahead = tree.map_structure(lambda r: r[-1], row[types.OBSERVATION])
+            return {**item, types.NEXT_OBSERVATION: ahead}
+
+        return sw.pattern_from_transform(flat, _refer)
+
+    index = sw.Condition.step_index()
+    rules = [(_item(n), [index >= n])]
+    rules += [(_item(j), [sw.Condition.is_end_episode(), index >= j]) for j in range(n - 1, 0, -1)]
+    fn = sw.constant_priority_fn(float(priority))
+    configs = [
+        sw.create_config(pattern, table, conditions=conditions, priority=fn)
+        for table in tables
+        for pattern, conditions in rules
+    ]
+    if n + 1 < CHUNK_ROOM_ROWS:
+        configs.append(make_chunk_room_config(flat, tables[0]))
+    return configs
+
+
 def make_item_configs(
-    item: items_lib.ItemKind, num_columns: int, tables: Sequence[str], priority: float
+    item: items_lib.ItemKind, row_structure: types.Nest, tables: Sequence[str], priority: float
 ) -> list | None:
-    """Returns the configs creating `item`s from flat rows, or None when configs cannot.
+    """Returns the configs creating `item`s from an episode's rows (appended flat), or None
+    when configs cannot.
 
     Example:
-      >>> make_item_configs(items.TwoStep(), 7, ['replay'], 1.0)
+      >>> make_item_configs(items.TwoStep(), plan.rows, ['replay'], 1.0)
     """
+    if isinstance(item, items_lib.NStep):
+        return make_n_step_configs(row_structure, tables, n=item.n, priority=priority)
     pattern = item.window_pattern
     if pattern is None:
         return None
     return make_window_configs(
-        [None] * num_columns,
+        [None] * len(tree.flatten(row_structure)),
         tables,
         length=pattern.length,
         period=pattern.period,

@@ -38,7 +38,7 @@ from reverb import structured_writer as sw
 
 from rlds_reverb.core import compat, timeouts, types
 from rlds_reverb.serve import table_info
-from rlds_reverb.transform import item_base
+from rlds_reverb.transform import item_rows
 from rlds_reverb.transform import items as items_lib
 from rlds_reverb.transform.plans import EpisodePlan
 from rlds_reverb.write import configs as configs_lib
@@ -159,9 +159,36 @@ class FlushSchedule:
         return rows_appended % self.every == 0
 
 
+def _split_rows(leaf: np.ndarray) -> list[Any]:
+    """Returns a `[R, ...]` leaf's rows, each as an array (bytes kept exactly).
+
+    A row of a `[R]` string leaf (encoded frames) would come out as Python `bytes`, which
+    Reverb converts through NumPy's `S` dtype, dropping trailing NUL bytes: each is kept a
+    0-d object array, which Reverb writes unchanged.
+    """
+    if leaf.dtype == object and leaf.ndim == 1:
+        return [np.array(value, dtype=object) for value in leaf]
+    return list(leaf)
+
+
 def list_rows(rows: types.Nest) -> list[list[np.ndarray]]:
     """Returns one flat list of leaves per row of a `[R, ...]` nest."""
-    return [list(row) for row in zip(*tree.flatten(rows), strict=True)]
+    return [list(row) for row in zip(*map(_split_rows, tree.flatten(rows)), strict=True)]
+
+
+def _count_row_bytes(value: np.ndarray) -> int:
+    """Returns the bytes one row of a column holds (a string's own length, not a pointer's)."""
+    value = np.asarray(value)
+    if value.dtype == object:
+        return sum(len(item) for item in value.flat)
+    return value.nbytes
+
+
+def make_null_row(row: list[np.ndarray]) -> list[np.ndarray]:
+    """Returns a row of zeros shaped like `row` (empty strings for string leaves)."""
+    return [
+        np.full_like(leaf, b'') if leaf.dtype == object else np.zeros_like(leaf) for leaf in row
+    ]
 
 
 class _Engine:
@@ -249,8 +276,8 @@ class TrajectoryEngine(_Engine):
         self._timeout_ms = timeout_ms
         self._stream = item.stream_window  # Windows across episodes (CONTINUE), if any.
         self._columns: list[Any] = []  # The writer's history columns, from the first row.
-        # Each column's slice of an item's window, when the kind gives columns their own.
-        self._slices: list[item_base.ColumnSlice] | None = None
+        self._history: types.Nest = None  # The same columns, in the rows' nest.
+        self._structure: types.Nest = None  # The rows' nest (from the first plan).
         self._appended = 0  # Rows appended since the writer's buffers were last cleared.
         self._last_row: list[np.ndarray] | None = None
         self._created = 0  # Items created (per table) since the last count was taken.
@@ -265,7 +292,7 @@ class TrajectoryEngine(_Engine):
         """
         self._flush()  # Reverb configures flushed columns.
         for index, value in enumerate(row):
-            if np.asarray(value).nbytes <= configs_lib.SMALL_ROW_BYTES:
+            if _count_row_bytes(value) <= configs_lib.SMALL_ROW_BYTES:
                 self._writer.configure(
                     (index,),
                     num_keep_alive_refs=self._keep_rows,
@@ -280,6 +307,7 @@ class TrajectoryEngine(_Engine):
         self._writer.append(row)
         if not self._columns:
             self._columns = tree.flatten(self._writer.history)
+            self._history = tree.unflatten_as(self._structure, self._columns)
             self._chunk_small_columns(row)
         self._appended += 1
         if self._schedule.is_due(self._appended):
@@ -288,15 +316,7 @@ class TrajectoryEngine(_Engine):
     def _create_item(self, start: int, size: int, priority: float | None) -> None:
         # Relative (negative) indices: history slices ending at the newest row need them.
         first, stop = start - self._appended, start + size - self._appended
-        if self._slices is not None:
-            trajectory = [
-                _slice_column(column, first, s)
-                for column, s in zip(self._columns, self._slices, strict=True)
-            ]
-        elif self._item.squeeze:
-            trajectory = [column[first] for column in self._columns]
-        else:
-            trajectory = [column[first : stop or None] for column in self._columns]
+        trajectory = self._item.reference_item(self._history, first, stop)
         for table in self._tables:
             self._writer.create_item(table, priority, trajectory)
         self._created += 1
@@ -308,8 +328,8 @@ class TrajectoryEngine(_Engine):
         order = np.argsort(starts + sizes, kind='stable')
         ends = (starts + sizes)[order]
         rows = list_rows(plan.rows)
-        if not self._columns:
-            self._slices = self._item.slice_columns(item_base.list_column_fields(plan.rows))
+        if self._structure is None:
+            self._structure = plan.rows
         pointer = 0
         for index, row in enumerate(rows):
             self._append(row)
@@ -321,14 +341,14 @@ class TrajectoryEngine(_Engine):
             if self._stream is not None:
                 self._create_stream_item(self._stream)
         if rows:
-            self._last_row = [np.zeros_like(leaf) for leaf in rows[0]]
+            self._last_row = make_null_row(rows[0])
         keep = self._stream is not None
         self._end_episode(clear_buffers=not keep)
         if not keep:
             self._appended = 0
         return self._take_count()
 
-    def _create_stream_item(self, stream: item_base.WindowPattern) -> None:
+    def _create_stream_item(self, stream: item_rows.WindowPattern) -> None:
         """Creates the stream window (CONTINUE) ending at the row just appended, if any."""
         start = self._appended - stream.length
         if start >= 0 and start % stream.period == 0:
@@ -340,7 +360,7 @@ class TrajectoryEngine(_Engine):
         if stream is None or self._last_row is None:
             return 0
         total = self._appended
-        starts, _ = items_lib.compute_sequence_windows(
+        starts, _ = item_rows.compute_sequence_windows(
             tf.constant(total), stream.length, stream.period, types.EndBehavior.PAD
         )
         tail = [int(s) for s in starts.numpy() if int(s) + stream.length > total]
@@ -358,20 +378,12 @@ class TrajectoryEngine(_Engine):
         writer.close()  # Drops what is pending, without the destructor's wait.
 
 
-def _slice_column(column, first: int, columns: item_base.ColumnSlice):
-    """Returns a column's references for an item whose window starts at `first` (< 0)."""
-    start = first + columns.offset
-    if columns.length is None:
-        return column[start]
-    return column[start : start + columns.length or None]
-
-
 def make_engine(
     client: reverb.Client,
     item: items_lib.ItemKind,
     table_names: list[str],
     *,
-    num_columns: int,
+    row_structure: types.Nest,
     priority: float | None,
     kind: EngineKind | str = EngineKind.AUTO,
     max_in_flight_items: int,
@@ -383,7 +395,7 @@ def make_engine(
       client: The Reverb client.
       item: The item kind.
       table_names: The tables that get every item.
-      num_columns: Leaves per row.
+      row_structure: The nest of one episode's rows (a plan's `rows`, or their spec).
       priority: The constant priority, or None for per-item priorities in the plans.
       kind: Which engine (`EngineKind`, or its value); AUTO picks the StructuredWriter when
         it can create the items.
@@ -396,7 +408,7 @@ def make_engine(
     kind = types.as_enum(EngineKind, kind, argument='engine')
     configs = None
     if priority is not None and kind is not EngineKind.TRAJECTORY:
-        configs = configs_lib.make_item_configs(item, num_columns, table_names, priority)
+        configs = configs_lib.make_item_configs(item, row_structure, table_names, priority)
     if configs is not None:
         return StructuredEngine(
             client, configs, max_in_flight_items=max_in_flight_items, timeout_ms=timeout_ms

@@ -28,7 +28,6 @@ from collections.abc import Iterable
 
 import reverb
 import tensorflow as tf
-import tree
 
 from rlds_reverb.check import validation
 from rlds_reverb.core import specs, types
@@ -228,13 +227,13 @@ class EpisodeLoop:
             items_written=items,
         )
 
-    def _open_engine(self, num_columns: int) -> engines.WriterEngine:
+    def _open_engine(self, row_structure: types.Nest) -> engines.WriterEngine:
         if self._engine is None:
             self._engine = engines.make_engine(
                 self.client,
                 self.options.item,
                 self.table_names,
-                num_columns=num_columns,
+                row_structure=row_structure,
                 priority=self.options.constant_priority,
                 kind=self.options.engine,
                 max_in_flight_items=self.options.max_in_flight_items,
@@ -247,7 +246,7 @@ class EpisodeLoop:
         self._check_room(index, plan.num_items - held)
         engine = None
         if not held:
-            engine = self._engine or self._open_engine(len(tree.flatten(plan.rows)))
+            engine = self._engine or self._open_engine(plan.rows)
         try:
             if engine is None:
                 table = self.table_names[0]
@@ -322,7 +321,7 @@ class EpisodeLoop:
         self,
         indexed_plans: Iterable[tuple[int, EpisodePlan | validation.UnreadableEpisode]],
         *,
-        num_columns: int | None = None,
+        row_structure: types.Nest = None,
     ) -> PushStats:
         """Writes the episodes `(index, plan)` in order; returns the stats of this loop.
 
@@ -331,8 +330,9 @@ class EpisodeLoop:
 
         Args:
           indexed_plans: The episodes' indices in the dataset and their plans, in order.
-          num_columns: Leaves per row; when given, the writer is opened before the first
-            episode (an engine that cannot write the items fails before anything is read).
+          row_structure: The nest of an episode's rows (their spec); when given, the writer
+            is opened before the first episode (an engine that cannot write the items fails
+            before anything is read).
 
         Raises:
           InvalidEpisodeError: In raise mode, at the first invalid episode.
@@ -342,8 +342,8 @@ class EpisodeLoop:
             fails); says how many episodes and items were fully written.
         """
         try:
-            if num_columns is not None:
-                self._open_engine(num_columns)
+            if row_structure is not None:
+                self._open_engine(row_structure)
             self._run(indexed_plans)
         except PushError as e:
             if not self._restate or e.counts_from_dataset_start:
@@ -403,7 +403,7 @@ def push_episodes(
     step_spec = specs.get_step_spec(episodes)
     validation.check_step_spec(step_spec)  # Before the server is contacted.
     client = table_info.connect(server)
-    item_spec = options.item.compute_item_spec(episodes, policy_info_fn=options.policy_info_fn)
+    item_spec = options.item.compute_signature(episodes, policy_info_fn=options.policy_info_fn)
     infos = table_info.fetch_tables_info(client, table_names, timeout_ms=options.timeout_ms)
     for info in infos.values():
         table_info.check_signature(info, item_spec, found='the items pushed')
@@ -430,6 +430,6 @@ def push_episodes(
         restate_errors=resumable,
     )
     indexed = ((start.episode + i, plan) for i, plan in validation.read_episodes(plans))
-    stats = writer.run(indexed, num_columns=len(tree.flatten(plans.element_spec.rows)))
+    stats = writer.run(indexed, row_structure=plans.element_spec.rows)
     stats.seconds = time.perf_counter() - started
     return stats

@@ -23,7 +23,8 @@ import numbers
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from rlds_reverb.core import checks, timeouts, types
+from rlds_reverb.core import checks, flags, timeouts, types
+from rlds_reverb.core.flags import Flag
 
 if TYPE_CHECKING:
     from rlds_reverb.core.specs import PolicyInfoFn
@@ -61,37 +62,9 @@ class EngineKind(enum.Enum):
     TRAJECTORY = 'trajectory'
 
 
-@dataclasses.dataclass(frozen=True)
-class Flag:
-    """How the command line gives an option: `rlds-reverb push`, and `serve` unless push-only.
-
-    A bool option is a switch; a repeated flag gives one value of a sequence option each
-    time; any other flag takes one value, parsed by `type`, among `choices` if given.
-
-    Attributes:
-      help: The flag's help.
-      name: The flag; default: `--` and the option's name with dashes.
-      type: Parses the flag's value (`int`, `float`); None keeps the text.
-      choices: The values the flag takes, if only some.
-      repeat: Whether the flag is given once per value of a sequence option.
-      push_only: Whether only `push` takes it (`serve` seeds a new server and checkpoints it
-        once, at the end).
-    """
-
-    help: str
-    name: str | None = None
-    type: Callable[[str], Any] | None = None
-    choices: tuple[str, ...] | None = None
-    repeat: bool = False
-    push_only: bool = False
-
-
-_FLAG = 'flag'
-
-
 def _flag(help: str, **how: Any) -> dict[str, Flag]:
     """Returns a field's metadata: how the command line gives the option (`Flag`)."""
-    return {_FLAG: Flag(help, **how)}
+    return flags.make_flag(help, **how)
 
 
 def _make_two_step() -> items_lib.ItemKind:
@@ -238,7 +211,7 @@ class PushOptions:
         Example:
           >>> [PushOptions.flag_of(f) for f in dataclasses.fields(PushOptions)]
         """
-        return field.metadata.get(_FLAG)
+        return flags.find_flag(field)
 
     @staticmethod
     def flag_name(option: str) -> str:
@@ -248,8 +221,7 @@ class PushOptions:
           >>> PushOptions.flag_name('episode_fields')
           '--episode-field'
         """
-        flag = _FIELDS[option].metadata.get(_FLAG)
-        return (flag and flag.name) or '--' + option.replace('_', '-')
+        return flags.name_flag(_FIELDS[option])
 
 
 _FIELDS = {field.name: field for field in dataclasses.fields(PushOptions)}

@@ -19,6 +19,7 @@ from typing import cast
 
 from rlds_reverb.core import checks, compat, errors
 from rlds_reverb.read import loading
+from rlds_reverb.read.options import EncodedFrames, LoadOptions
 from rlds_reverb.write import loop
 from rlds_reverb.write import options as options_lib
 from rlds_reverb.write.options import PushOptions
@@ -33,26 +34,31 @@ __all__ = [
 
 @dataclasses.dataclass(frozen=True)
 class ParallelSource:
-    """What the workers read: a TFDS dataset directory or name, a split, a data dir."""
+    """What the workers read: a TFDS dataset directory or name, a split, a data dir, and the
+    frame fields kept encoded (`LoadOptions.encoded_frames`)."""
 
     source: str
     split: str = 'train'
     data_dir: str | None = None
+    encoded_frames: EncodedFrames = None
 
     def load_part(self, index: int, count: int):
         """Opens part `index` of `count` disjoint parts of the split (all of it for one)."""
         if count == 1:
-            return loading.load(self.source, split=self.split, data_dir=self.data_dir)
+            return self._load(self.split)
         if '[' not in self.split:  # TFDS split slicing reads only this worker's part.
             low, high = 100 * index // count, 100 * (index + 1) // count
             try:
-                return loading.load(
-                    self.source, split=f'{self.split}[{low}%:{high}%]', data_dir=self.data_dir
-                )
+                return self._load(f'{self.split}[{low}%:{high}%]')
             except errors.SourceError:
                 pass
-        whole = loading.load(self.source, split=self.split, data_dir=self.data_dir)
-        return whole.shard(count, index)
+        return self._load(self.split).shard(count, index)
+
+    def _load(self, split: str):
+        options = LoadOptions(
+            split=split, data_dir=self.data_dir, encoded_frames=self.encoded_frames
+        )
+        return loading.load(self.source, options=options)
 
 
 @dataclasses.dataclass

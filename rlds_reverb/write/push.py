@@ -126,9 +126,12 @@ def _choose_policy_info_fn(
     TF-Agents checks it) gets items without it, and a `UserWarning` says so, since writing
     it would make the table unreadable (docs/semantics.md §3).
     """
+    # Encoded frames are written as they are (the fast path pushes their bytes).
     with specs.use_tf_agents_messages():
         without = specs.add_outer_dim(
-            specs.create_trajectory_data_spec(rlds_data, extra_fields=extra_fields)
+            specs.create_trajectory_data_spec(
+                rlds_data, extra_fields=extra_fields, decode_frames=()
+            )
         )
     if policy_info_fn is None:
         if signature is None or specs.diff_specs(signature, without):
@@ -136,7 +139,7 @@ def _choose_policy_info_fn(
         return None
     with_info = specs.add_outer_dim(
         specs.create_trajectory_data_spec(
-            rlds_data, policy_info_fn=policy_info_fn, extra_fields=extra_fields
+            rlds_data, policy_info_fn=policy_info_fn, extra_fields=extra_fields, decode_frames=()
         )
     )
     if signature is not None and not specs.diff_specs(signature, with_info):
@@ -168,6 +171,9 @@ def push_rlds_to_reverb(
     `ReverbAddTrajectoryObserver` with `sequence_length=2`, `stride_length=1`, no padding),
     the fast `push` path writes to its client and tables; otherwise each trajectory is
     passed to the observer, as TF-Agents does.
+
+    Episodes read with their frames encoded (`load(..., encoded_frames=...)`) are pushed
+    as bytes: the table's signature must declare them so (`tables.signature_for`).
 
     The table signature decides what is written, so the table stays readable: with a
     `policy_info_fn`, a signature that declares its policy info gets it, and a signature
@@ -214,7 +220,7 @@ def push_rlds_to_reverb(
         return stats.steps
     steps = 0
     trajectories = convert.convert_rlds_to_trajectories(
-        rlds_data, policy_info_fn, extra_fields=extra_fields
+        rlds_data, policy_info_fn, extra_fields=extra_fields, decode_frames=()
     )
     for entry in trajectories:
         reverb_observer(entry)

@@ -63,6 +63,20 @@ def convert(directory: str) -> None:
     del fields
 
 
+def keep_frames_encoded(directory: str) -> None:
+    """Camera frames kept encoded: the fields, the formats, the image ops."""
+    fields: dict[str, rlds_reverb.FrameFormat] = rlds_reverb.list_frame_fields(directory)
+    episodes = rlds_reverb.load(directory, encoded_frames=list(fields))
+    decoded = episodes.apply(
+        rlds_reverb.frames.decode_frames(sizes={'observation/image': (64, 64)})
+    )
+    decoded.apply(rlds_reverb.frames.crop_frames({'observation/image': (56, 56)}, mode='random'))
+    try:
+        rlds_reverb.convert_rlds_to_trajectories(episodes, decode_frames=['observation/image'])
+    except rlds_reverb.FrameFieldError as error:
+        print(error)
+
+
 def handle_errors(directory: str) -> str:
     """The exceptions are classes of the package's hierarchy."""
     try:

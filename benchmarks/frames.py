@@ -1,0 +1,226 @@
+"""Frames kept encoded (issue 31): server memory per stored step, convert against the decode
+limit, and how to decode a batch of frames in a `tf.data` map.
+
+On the image layouts of `benchmarks/image_data.py` (fractal-like, one 256x320 JPEG camera;
+two cameras, plus a 128x128 wrist camera), written by TFDS' own writer:
+
+* `memory`: `rlds_reverb.push(load(dir, encoded_frames='all'), ...)` of two-step and
+  three-step items into a Reverb server in a process of its own; its resident memory
+  growth divided by the steps stored, against the encoded bytes of a step's frames (the
+  issue's target: at most 1.3 times). The server is started (untimed) and its baseline
+  read before the push.
+* `convert`: alternated rounds, in this process, of the decode limit (a step's frames, read
+  into memory first, decoded alone with TFDS' op in a parallel map, batches of 256) and
+  `convert_rlds_to_trajectories(load(dir, encoded_frames='all'), batch_size=256)` (frames
+  decoded in convert, the default), each from building its pipeline to its last batch;
+  also the convert of `load(dir)` (TFDS decodes in the reader), and of the bytes
+  (`decode_frames=()`, the frames never decoded). Steps/s, and convert's share of the limit.
+* `methods`: decoding `[256]` frames inside one `tf.data` map: `core.frames.decode_frames`
+  (a parallel map nested in the graph), `tf.map_fn`, and a parallel map over single frames
+  (`unbatch`, decode, `batch`), frames/s.
+
+Every part prints the machine's load average before and after (2 shared cores: other
+work moves the figures). Run: `.venv/bin/python -m benchmarks.frames [--data-dir DIR]
+[--layouts ...] [--steps N] [--rounds N] [--parts memory convert methods]`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import statistics
+import tempfile
+import time
+
+import numpy as np
+import tensorflow as tf
+
+import rlds_reverb
+from benchmarks import image_data
+from rlds_reverb import items, tables
+from rlds_reverb.core import episodes as episodes_lib
+from rlds_reverb.core import frames as frames_lib
+from rlds_reverb.core import types
+
+_BATCH = 256
+_ITEMS = {'two-step': items.TwoStep(), 'n-step (3)': items.NStep(3, 0.99)}
+
+
+def _load_average() -> str:
+    return '/'.join(f'{x:.1f}' for x in os.getloadavg())
+
+
+def _camera_paths(layout: image_data.Layout) -> list[str]:
+    return [f'{types.OBSERVATION}/{name}' for name in layout.cameras]
+
+
+def _read_frames(directory: pathlib.Path, layout: image_data.Layout) -> dict[str, np.ndarray]:
+    """Every step's encoded frames, by camera (object arrays of bytes), in memory."""
+    episodes = rlds_reverb.load(directory, encoded_frames='all')
+    found: dict[str, list] = {name: [] for name in layout.cameras}
+    whole = episodes_lib.to_whole_episodes(episodes)
+    for episode in whole.as_numpy_iterator():
+        for name in layout.cameras:
+            found[name].extend(episode[types.STEPS][types.OBSERVATION][name])
+    return {name: np.array(values, dtype=object) for name, values in found.items()}
+
+
+# --- memory ----------------------------------------------------------------------------------
+
+
+def measure_memory(directory, layout, frame_bytes: float, steps: int) -> None:
+    episodes = rlds_reverb.load(directory, encoded_frames='all')
+    for name, item in _ITEMS.items():
+        signature = tables.signature_for(item, episodes)
+        with image_data.ServerProcess([('replay', signature)]) as server:
+            started = time.perf_counter()
+            stats = rlds_reverb.push(episodes, server.address, 'replay', item=item)
+            seconds = time.perf_counter() - started
+            growth = server.rss_bytes() - server.rss_start
+        per_step = growth / steps
+        print(
+            f'  {name}: {stats.items["replay"]:,} items in {seconds:.1f} s '
+            f'({steps / seconds:,.0f} steps/s); server +{growth / 2**20:,.1f} MiB = '
+            f'{per_step / 1e3:.1f} KB per stored step, {per_step / frame_bytes:.2f}x the '
+            f'{frame_bytes / 1e3:.1f} KB of encoded frames per step (load {_load_average()})',
+            flush=True,
+        )
+
+
+# --- convert ---------------------------------------------------------------------------------
+
+
+def _count(dataset: tf.data.Dataset) -> tuple[int, float]:
+    """(steps, seconds) from building the pipeline (`dataset` is a thunk) to its end."""
+    started = time.perf_counter()
+    steps = 0
+    for batch in dataset():
+        steps += int(tf.nest.flatten(batch)[0].shape[0])
+    return steps, time.perf_counter() - started
+
+
+def _decode_limit(frames: dict[str, np.ndarray], layout) -> tf.data.Dataset:
+    formats = {
+        name: frames_lib.FrameFormat('jpeg', shape) for name, shape in layout.cameras.items()
+    }
+    tensors = {name: tf.constant(values) for name, values in frames.items()}  # Untimed.
+
+    def _make():
+        def _decode(step):
+            return {
+                name: tf.ensure_shape(
+                    tf.image.decode_image(step[name], channels=3, dtype=tf.uint8),
+                    formats[name].shape,
+                )
+                for name in step
+            }
+
+        data = tf.data.Dataset.from_tensor_slices(tensors)
+        return data.map(_decode, num_parallel_calls=tf.data.AUTOTUNE).batch(_BATCH)
+
+    return _make
+
+
+def measure_convert(directory, layout, frames: dict[str, np.ndarray], rounds: int) -> None:
+    sides = {
+        'limit: decode alone (in memory)': _decode_limit(frames, layout),
+        'convert, encoded, frames decoded': lambda: rlds_reverb.convert_rlds_to_trajectories(
+            rlds_reverb.load(directory, encoded_frames='all'), batch_size=_BATCH
+        ),
+        'convert of load(dir) (TFDS decodes)': lambda: rlds_reverb.convert_rlds_to_trajectories(
+            rlds_reverb.load(directory), batch_size=_BATCH
+        ),
+        'convert, encoded, bytes (no decode)': lambda: rlds_reverb.convert_rlds_to_trajectories(
+            rlds_reverb.load(directory, encoded_frames='all'), batch_size=_BATCH, decode_frames=()
+        ),
+    }
+    rates: dict[str, list[float]] = {name: [] for name in sides}
+    for index in range(rounds):
+        order = list(sides) if index % 2 == 0 else list(reversed(sides))
+        print(f'  round {index + 1} (load {_load_average()})', flush=True)
+        for name in order:
+            steps, seconds = _count(sides[name])
+            rates[name].append(steps / seconds)
+            print(f'    {name}: {steps / seconds:,.0f} steps/s ({seconds:.1f} s)', flush=True)
+    limit = statistics.median(rates['limit: decode alone (in memory)'])
+    for name, values in rates.items():
+        median = statistics.median(values)
+        shares = ', '.join(f'{v:,.0f}' for v in values)
+        print(
+            f'  {name}: median {median:,.0f} steps/s ({shares}); {median / limit:.0%} of the limit'
+        )
+    per_round = [
+        c / d
+        for c, d in zip(
+            rates['convert, encoded, frames decoded'],
+            rates['limit: decode alone (in memory)'],
+            strict=False,
+        )
+    ]
+    print(f'  convert / limit, round by round: {", ".join(f"{x:.0%}" for x in per_round)}')
+
+
+# --- decode methods --------------------------------------------------------------------------
+
+
+def measure_methods(frames: np.ndarray, shape, rounds: int) -> None:
+    fmt = frames_lib.FrameFormat('jpeg', shape)
+    batches = tf.data.Dataset.from_tensor_slices(tf.constant(frames)).batch(_BATCH)
+
+    def one(x):
+        return tf.ensure_shape(tf.image.decode_image(x, channels=3, dtype=tf.uint8), shape)
+
+    methods = {
+        'core.frames.decode_frames (nested parallel map)': lambda: batches.map(
+            lambda x: frames_lib.decode_frames(x, fmt)[0], num_parallel_calls=tf.data.AUTOTUNE
+        ),
+        'tf.map_fn in a parallel map': lambda: batches.map(
+            lambda x: tf.map_fn(one, x, fn_output_signature=tf.TensorSpec(shape, tf.uint8)),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        ),
+        'unbatch, parallel map, batch': lambda: batches.unbatch()
+        .map(one, num_parallel_calls=tf.data.AUTOTUNE)
+        .batch(_BATCH),
+    }
+    for index in range(rounds):
+        print(f'  round {index + 1} (load {_load_average()})', flush=True)
+        for name, make in methods.items():
+            count, seconds = _count(make)
+            print(f'    {name}: {count / seconds:,.0f} frames/s', flush=True)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--data-dir', default=os.path.join(tempfile.gettempdir(), 'rr-frames'))
+    parser.add_argument('--layouts', nargs='+', default=list(image_data.LAYOUTS))
+    parser.add_argument('--steps', type=int, default=20_000)
+    parser.add_argument('--rounds', type=int, default=3)
+    parser.add_argument('--parts', nargs='+', default=['memory', 'convert', 'methods'])
+    args = parser.parse_args(argv)
+    for name in args.layouts:
+        layout = image_data.LAYOUTS[name]._replace(steps=args.steps)
+        directory = image_data.write_dataset(
+            pathlib.Path(args.data_dir), f'{name}_{args.steps}', layout
+        )
+        frames = _read_frames(directory, layout)
+        frame_bytes = sum(float(np.mean([len(f) for f in v])) for v in frames.values())
+        print(
+            f'{name}: {args.steps:,} steps, cameras {layout.cameras}, '
+            f'{frame_bytes / 1e3:.1f} KB of JPEG per step',
+            flush=True,
+        )
+        if 'memory' in args.parts:
+            print(f' memory (load {_load_average()})', flush=True)
+            measure_memory(directory, layout, frame_bytes, args.steps)
+        if 'convert' in args.parts:
+            print(f' convert (load {_load_average()})', flush=True)
+            measure_convert(directory, layout, frames, args.rounds)
+        if 'methods' in args.parts and name == args.layouts[0]:
+            print(f' decode methods (load {_load_average()})', flush=True)
+            camera = next(iter(layout.cameras))
+            measure_methods(frames[camera][:4096], layout.cameras[camera], args.rounds)
+
+
+if __name__ == '__main__':
+    main()
