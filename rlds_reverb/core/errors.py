@@ -15,6 +15,8 @@ __all__ = [
     'EpisodeTooLongError',
     'ExportError',
     'InvalidEpisodeError',
+    'LeRobotExportError',
+    'LeRobotFormatError',
     'MinariFormatError',
     'PushError',
     'ResumeError',
@@ -48,6 +50,11 @@ class D4rlFileError(SourceError):
 class MinariFormatError(SourceError):
     """A Minari dataset's file is missing, empty or malformed; the message names the file and
     the key (or episode) that is wrong."""
+
+
+class LeRobotFormatError(SourceError):
+    """A LeRobot dataset is of a format version not read, or one of its files is missing,
+    malformed or disagrees with another; the message names the file and the column (or key)."""
 
 
 class SpecMismatchError(RldsReverbError, ValueError):
@@ -137,3 +144,9 @@ class EmptyTableError(ReverbTimeoutError):
 
 class ExportError(RldsReverbError, ValueError):
     """A Reverb table cannot be exported as RLDS episodes; says why and what to do."""
+
+
+class LeRobotExportError(ExportError):
+    """Episodes cannot be written as a LeRobot dataset as they are (a field LeRobot cannot
+    hold, an invalid episode, frames too small for the video encoder); the message names the
+    field or episode and what to do."""

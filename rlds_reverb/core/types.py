@@ -22,16 +22,19 @@ __all__ = [
     'DATA_VERSION',
     'DISCOUNT',
     'EPISODE_ID',
+    'EPISODE_INDEX',
     'EndBehavior',
     'Episode',
     'EpisodeOverflow',
     'ExtraFields',
     'FLAG_FIELDS',
+    'FPS',
     'IS_BURN_IN',
     'IS_FIRST',
     'IS_LAST',
     'IS_TERMINAL',
     'ItemName',
+    'LANGUAGE_INSTRUCTION',
     'MASK',
     'NEXT_OBSERVATION',
     'N_STEP_DISCOUNT',
@@ -45,6 +48,7 @@ __all__ = [
     'REWARD',
     'STEPS',
     'STEP_INDEX',
+    'TIMESTAMP',
     'SpecNest',
     'Step',
     'TablePreset',
@@ -78,6 +82,12 @@ DATA_VERSION = 'data_version'
 # Added to every step by `push(..., add_ids=True)` (rlds_reverb.transform.carry).
 EPISODE_ID = 'episode_id'
 STEP_INDEX = 'step_index'
+# The natural-language instruction of a step (Open X-Embodiment's name; LeRobot's task).
+LANGUAGE_INSTRUCTION = 'language_instruction'
+# What the LeRobot reader adds (docs/lerobot.md): episode fields, the time of each step.
+EPISODE_INDEX = 'episode_index'
+FPS = 'fps'
+TIMESTAMP = 'timestamp'
 # The step field of a TF-Agents policy info that is not a dict (recorder, export).
 POLICY_INFO = 'policy_info'
 

@@ -41,7 +41,7 @@ from typing import Any, TypeAlias
 import tensorflow as tf
 
 from rlds_reverb.core.errors import SourceError
-from rlds_reverb.read import d4rl, minari, readers, tfds_reader
+from rlds_reverb.read import d4rl, lerobot, minari, readers, tfds_reader
 from rlds_reverb.read.options import LoadOptions, make_options
 from rlds_reverb.read.tfds_dirs import open_builder
 
@@ -79,6 +79,7 @@ class TfDataReader:
 
 
 _BUILT_IN: tuple[readers.Reader, ...] = (
+    lerobot.LeRobotReader(),
     minari.MinariReader(),
     d4rl.D4rlReader(),
     TfDataReader(),
