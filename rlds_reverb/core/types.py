@@ -19,6 +19,7 @@ from typing import Any
 __all__ = [
     'ACTION',
     'ADVANTAGE',
+    'CameraMode',
     'DATA_VERSION',
     'DISCOUNT',
     'EPISODE_ID',
@@ -131,6 +132,17 @@ class ValidationMode(enum.Enum):
     RAISE = 'raise'
     SKIP = 'skip'
     REPORT = 'report'
+
+
+class CameraMode(enum.Enum):
+    """How a LeRobot dataset stores camera frames: `save_as_lerobot(cameras=...)`, `--video`.
+
+    IMAGE: PNG images in the data files (lossless; LeRobot's image mode).
+    VIDEO: AV1 video, many episodes per mp4 file (lossy; LeRobot's video mode).
+    """
+
+    IMAGE = 'image'
+    VIDEO = 'video'
 
 
 class ExtraFields(enum.Enum):

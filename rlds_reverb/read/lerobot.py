@@ -71,6 +71,9 @@ class LeRobotMetadata:
         info.json gives them; fields without names are left out.
       features: Per step field (`/` path), the LeRobot feature it was read from.
       tasks: The task strings, by task_index.
+      feature_names: Every feature of info.json, in its order.
+      derived: The required step fields the reader made up (`reward` without
+        `next.reward`, `discount` without a `discount` feature): not data of the dataset.
     """
 
     root: str
@@ -80,6 +83,8 @@ class LeRobotMetadata:
     names: Mapping[str, Any]
     features: Mapping[str, str]
     tasks: tuple[str, ...]
+    feature_names: tuple[str, ...] = ()
+    derived: tuple[str, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
@@ -119,6 +124,8 @@ class LeRobotSource(sources.EpisodeSource):
             names={f.key: f.feature.names for f in fields if f.feature.names is not None},
             features={f.key: f.feature.name for f in fields},
             tasks=self.layout.tasks,
+            feature_names=tuple(info.features),
+            derived=self.layout.derived,
         )
 
 
