@@ -21,6 +21,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import os
 import pathlib
 from fractions import Fraction
 from typing import Any
@@ -145,6 +146,9 @@ class VideoWriter:
 
     def __init__(self, path: pathlib.Path, *, fps: int, shape: tuple[int, ...], camera: str):
         import av  # Only video mode needs PyAV.
+
+        # SVT-AV1 prints its settings on every encoder it opens; errors only, unless asked.
+        os.environ.setdefault('SVT_LOG', '1')
 
         check_frame_shape(shape, camera=camera)
         self._camera = camera
