@@ -88,7 +88,9 @@ def write_dataset(directory: pathlib.Path, mode: str) -> lerobot.LeRobotSaveStat
 
 
 def _frame_hashes(frames: np.ndarray) -> np.ndarray:
-    return np.asarray([hashlib.sha256(np.ascontiguousarray(f).tobytes()).hexdigest() for f in frames])
+    return np.asarray(
+        [hashlib.sha256(np.ascontiguousarray(f).tobytes()).hexdigest() for f in frames]
+    )
 
 
 def expected_values(directory: pathlib.Path) -> dict[str, np.ndarray]:
@@ -108,7 +110,9 @@ def expected_values(directory: pathlib.Path) -> dict[str, np.ndarray]:
         'task': np.asarray(
             [t.decode() for s in steps for t in s[types.LANGUAGE_INSTRUCTION]], dtype=str
         ),
-        'episode_index': np.concatenate([np.full(len(s[types.IS_FIRST]), e) for e, s in enumerate(steps)]),
+        'episode_index': np.concatenate(
+            [np.full(len(s[types.IS_FIRST]), e) for e, s in enumerate(steps)]
+        ),
     }
     for camera in CAMERAS:
         frames = np.concatenate([s['observation']['images'][camera] for s in steps])
@@ -118,7 +122,9 @@ def expected_values(directory: pathlib.Path) -> dict[str, np.ndarray]:
         read = episodes_lib.to_whole_episodes(loading.load(directory / f'checked-{mode}'))
         episodes = list(read.as_numpy_iterator())
         for camera in CAMERAS:
-            frames = np.concatenate([e[types.STEPS]['observation']['images'][camera] for e in episodes])
+            frames = np.concatenate(
+                [e[types.STEPS]['observation']['images'][camera] for e in episodes]
+            )
             out[f'loaded_sha256/{mode}/observation.images.{camera}'] = _frame_hashes(frames)
     return out
 

@@ -161,9 +161,7 @@ class RobotRlds(tfds.core.GeneratorBasedBuilder, skip_registration=True):
         super().__init__(**kwargs)
 
     def _info(self) -> tfds.core.DatasetInfo:
-        return tfds.core.DatasetInfo(
-            builder=self, features=make_features(), disable_shuffling=True
-        )
+        return tfds.core.DatasetInfo(builder=self, features=make_features(), disable_shuffling=True)
 
     def _split_generators(self, dl_manager):
         del dl_manager

@@ -146,21 +146,31 @@ def _generate(layout: Layout, positions: np.ndarray) -> Iterator[dict]:
             cursor.close()
 
 
-def _decode_png(blobs: np.ndarray, shape: np.ndarray, name: bytes) -> np.ndarray:
+def _decode_png(
+    blobs: np.ndarray, shape: np.ndarray, name: bytes, episode: np.ndarray
+) -> np.ndarray:
     """Returns PNG (or JPEG) frames decoded to uint8 `[T, H, W, C]` with Pillow."""
     from PIL import Image  # Only image mode needs it.
 
     height, width, channels = (int(d) for d in shape)
     out = np.empty((len(blobs), height, width, channels), np.uint8)
     mode = 'L' if channels == 1 else 'RGBA' if channels == 4 else 'RGB'
+    camera = name.decode()
     for i, blob in enumerate(blobs):
-        with Image.open(io.BytesIO(blob)) as image:
-            if image.size != (width, height):
-                raise LeRobotFormatError(
-                    f'frame {i} of camera {name.decode()!r} is {image.size[1]}x{image.size[0]}; '
-                    f'info.json says {height}x{width}.'
-                )
-            array = np.asarray(image if image.mode == mode else image.convert(mode))
+        try:
+            with Image.open(io.BytesIO(blob)) as image:
+                size = image.size
+                array = np.asarray(image if image.mode == mode else image.convert(mode))
+        except (OSError, ValueError) as e:
+            raise LeRobotFormatError(
+                f'column {camera!r}, frame {i} of episode {int(episode)}: not a readable '
+                f'image ({e}).'
+            ) from e
+        if size != (width, height):
+            raise LeRobotFormatError(
+                f'column {camera!r}, frame {i} of episode {int(episode)} is '
+                f'{size[1]}x{size[0]}; info.json says {height}x{width}.'
+            )
         out[i] = array.reshape(height, width, channels)
     return out
 
@@ -174,7 +184,12 @@ def _decode_images(layout: Layout, episode: dict) -> dict:
         blobs = _get(steps, field.path)
         frames = tf.numpy_function(
             _decode_png,
-            [blobs, np.asarray(field.frame_shape), field.feature.name.encode()],
+            [
+                blobs,
+                np.asarray(field.frame_shape),
+                field.feature.name.encode(),
+                episode[types.EPISODE_INDEX],
+            ],
             tf.uint8,
             name='decode_lerobot_png',
         )

@@ -348,17 +348,49 @@ def make_layout(root: pathlib.Path, *, step_fields: Any = None) -> Layout:
             'steps get reward 0.0.'
         )
     fields, language = _select(fields, derived, step_fields, where=f'the LeRobot dataset {root}')
-    return Layout(
+    episodes = lerobot_meta.read_episodes(info)
+    data_paths = tuple(lerobot_meta.list_parquet(root / lerobot_meta.DATA_DIR))
+    layout = Layout(
         info=info,
         tasks=tuple(lerobot_meta.read_tasks(root)),
-        episodes=lerobot_meta.read_episodes(info),
-        data_paths=tuple(lerobot_meta.list_parquet(root / lerobot_meta.DATA_DIR)),
+        episodes=episodes,
+        data_paths=data_paths,
         fields=tuple(fields),
         language=language,
         derived=derived,
         episode_fields=_episode_fields(info),
         warnings=tuple(warnings),
     )
+    _check_files(layout)
+    return layout
+
+
+def _check_files(layout: Layout) -> None:
+    """Raises unless the data files hold every frame with every column, and every video the
+    episodes table names is there (from the files' footers and names: no data read)."""
+    info = layout.info
+    rows = lerobot_data.ParquetRows(layout.data_paths, layout.columns, where=layout.where)
+    if rows.rows != info.total_frames:
+        raise LeRobotFormatError(
+            f'The data files of {info.root} ({lerobot_meta.DATA_DIR}/*/*.parquet: '
+            f'{len(layout.data_paths)} files) hold {rows.rows} frames; {lerobot_meta.INFO} '
+            f'says total_frames {info.total_frames}. A data file is missing or truncated.'
+        )
+    for key, places in layout.episodes.videos.items():
+        if not any(f.feature.name == key for f in layout.fields):
+            continue
+        for chunk, file in sorted(
+            set(zip(places.chunks.tolist(), places.files.tolist(), strict=True))
+        ):
+            path = info.root / str(info.video_path).format(
+                video_key=key, chunk_index=chunk, file_index=file
+            )
+            if not path.is_file():
+                episode = int(np.flatnonzero((places.chunks == chunk) & (places.files == file))[0])
+                raise LeRobotFormatError(
+                    f'{path} is missing: the episodes table puts camera {key!r} of episode '
+                    f'{episode} in it (videos/{key}/chunk_index {chunk}, file_index {file}).'
+                )
 
 
 def _select(fields: list[Field], derived, paths, *, where: str) -> tuple[list[Field], bool]:
