@@ -49,10 +49,6 @@ __all__ = [
 
 # Episodes read ahead of the writer (overlaps reading and writing; memory stays bounded).
 _PREFETCH_EPISODES = 2
-# Aimed-at file sizes (LeRobot's defaults), for the default number of frames per file.
-_DATA_FILE_BYTES, _VIDEO_FILE_BYTES = 100 * 2**20, 200 * 2**20
-_PNG_RATIO, _VIDEO_RATIO = 2, 20  # Rough compression of camera frames, for those sizes.
-_MIN_FRAMES_PER_FILE, _MAX_FRAMES_PER_FILE = 1_000, 100_000
 
 
 @dataclasses.dataclass
@@ -233,70 +229,6 @@ def remove_unlisted(staging: Staging) -> None:
                 path.unlink()
 
 
-def default_frames_per_file(plan: lerobot_schema.Plan) -> int:
-    """About 100 MB of data (or 200 MB of video) per file, as LeRobot aims for."""
-    data = video = 0
-    for column in plan.columns:
-        size = (
-            int(np.prod(column.shape))
-            * np.dtype(
-                'uint8'
-                if column.kind is lerobot_schema.Kind.CAMERA
-                else 'float64'
-                if column.kind is lerobot_schema.Kind.STRING
-                else column.dtype
-            ).itemsize
-        )
-        if column.is_video:
-            video += size // _VIDEO_RATIO
-        else:
-            data += size // (_PNG_RATIO if column.kind is lerobot_schema.Kind.CAMERA else 1)
-    by_data = _DATA_FILE_BYTES // max(data + 40, 1)  # + LeRobot's own five columns.
-    by_video = _VIDEO_FILE_BYTES // video if video else _MAX_FRAMES_PER_FILE
-    return int(min(max(min(by_data, by_video), _MIN_FRAMES_PER_FILE), _MAX_FRAMES_PER_FILE))
-
-
-def _check_target(target: pathlib.Path, *, overwrite: bool, source_path: pathlib.Path | None):
-    """Raises unless `target` may be written: new, empty, or a LeRobot dataset to overwrite.
-
-    Raises:
-      NotADirectoryError: If `target` is a file.
-      FileExistsError: If it is not empty and `overwrite` is false, or `overwrite` would
-        remove something other than a LeRobot dataset.
-      ValueError: If `target` is the source, or holds it.
-    """
-    real = target.resolve()
-    if source_path is not None and (real == source_path or real in source_path.parents):
-        raise ValueError(f'The output {target} is (or holds) the source {source_path}.')
-    if not target.exists():
-        return
-    if not target.is_dir():
-        raise NotADirectoryError(f'The output {target} exists and is not a directory.')
-    entries = sorted(p.name for p in target.iterdir())
-    if not entries:
-        return
-    if not overwrite:
-        raise FileExistsError(
-            f'The output directory {target} exists and is not empty (it holds {entries[:5]}); '
-            'choose a new directory, or pass overwrite=True (--overwrite) to replace the '
-            'LeRobot dataset in it.'
-        )
-    if lerobot_meta.find_root(target) is None:
-        raise FileExistsError(
-            f'overwrite=True replaces a LeRobot dataset only, and {target} holds no '
-            f'{lerobot_meta.INFO} (it holds {entries[:5]}); remove it yourself.'
-        )
-
-
-def _describe_source(source: Any) -> tuple[str, pathlib.Path | None]:
-    if isinstance(source, tf.data.Dataset):
-        return 'the given tf.data.Dataset', None
-    if not isinstance(source, str | os.PathLike):
-        return repr(source), None
-    path = pathlib.Path(os.fspath(source)).expanduser()
-    return (str(path.resolve()), path.resolve()) if path.exists() else (str(source), None)
-
-
 def _find_fps(fps: Any, found: lerobot_reader.LeRobotMetadata | None, whole, where: str) -> int:
     """Returns the frame rate: given, the LeRobot source's, or the episodes' `fps` field.
 
@@ -448,8 +380,8 @@ def save_as_lerobot(
     if frames_per_file is not None:
         checks.check_int_at_least(frames_per_file, 1, argument='frames_per_file')
     target = pathlib.Path(directory).expanduser().absolute()
-    where, source_path = _describe_source(source)
-    _check_target(target, overwrite=overwrite, source_path=source_path)
+    where, source_path = lerobot_staging.describe_source(source)
+    lerobot_staging.check_target(target, overwrite=overwrite, source_path=source_path)
     episodes = loading.load(source, split=split, data_dir=data_dir)
     found = lerobot_reader.read_lerobot_metadata(episodes)
     whole = episodes_lib.to_whole_episodes(episodes)
@@ -473,7 +405,7 @@ def save_as_lerobot(
         task_field=task_field,
         default_task=default_task,
         robot_type=robot_type or (found.robot_type if found else None),
-        frames_per_file=frames_per_file or default_frames_per_file(plan),
+        frames_per_file=frames_per_file or lerobot_schema.default_frames_per_file(plan),
         on_invalid=on_invalid,
         min_psnr_db=min_psnr_db,
         plan=plan,

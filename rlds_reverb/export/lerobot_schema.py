@@ -44,6 +44,10 @@ _RESERVED = (*meta.DEFAULT_FEATURES, meta.TASK)
 _FLAGS_FROM_BOUNDARIES = (types.IS_FIRST, types.IS_LAST)
 # Episode fields the LeRobot reader adds: LeRobot keeps them itself (info.json, its columns).
 _READER_EPISODE_FIELDS = (types.EPISODE_INDEX, types.FPS)
+# Aimed-at file sizes (LeRobot's defaults), for the default number of frames per file.
+_DATA_FILE_BYTES, _VIDEO_FILE_BYTES = 100 * 2**20, 200 * 2**20
+_PNG_RATIO, _VIDEO_RATIO = 2, 20  # Rough compression of camera frames, for those sizes.
+_MIN_FRAMES_PER_FILE, _MAX_FRAMES_PER_FILE = 1_000, 100_000
 
 
 class Kind(enum.Enum):
@@ -315,3 +319,26 @@ def make_plan(
             columns.append(column)
     episode_columns = _episode_columns(element_spec, where=where)
     return Plan(tuple(columns), plan_task, plan_time, episode_columns, tuple(notes))
+
+
+def default_frames_per_file(plan: Plan) -> int:
+    """About 100 MB of data (or 200 MB of video) per file, as LeRobot aims for."""
+    data = video = 0
+    for column in plan.columns:
+        size = (
+            int(np.prod(column.shape))
+            * np.dtype(
+                'uint8'
+                if column.kind is Kind.CAMERA
+                else 'float64'
+                if column.kind is Kind.STRING
+                else column.dtype
+            ).itemsize
+        )
+        if column.is_video:
+            video += size // _VIDEO_RATIO
+        else:
+            data += size // (_PNG_RATIO if column.kind is Kind.CAMERA else 1)
+    by_data = _DATA_FILE_BYTES // max(data + 40, 1)  # + LeRobot's own five columns.
+    by_video = _VIDEO_FILE_BYTES // video if video else _MAX_FRAMES_PER_FILE
+    return int(min(max(min(by_data, by_video), _MIN_FRAMES_PER_FILE), _MAX_FRAMES_PER_FILE))

@@ -294,3 +294,47 @@ def publish(staging: Staging, plan: Plan, summary: Summary, *, overwrite: bool) 
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
     return target
+
+
+def check_target(target: pathlib.Path, *, overwrite: bool, source_path: pathlib.Path | None):
+    """Raises unless `target` may be written: new, empty, or a LeRobot dataset to overwrite.
+
+    Raises:
+      NotADirectoryError: If `target` is a file.
+      FileExistsError: If it is not empty and `overwrite` is false, or `overwrite` would
+        remove something other than a LeRobot dataset.
+      ValueError: If `target` is the source, or holds it.
+    """
+    real = target.resolve()
+    if source_path is not None and (real == source_path or real in source_path.parents):
+        raise ValueError(f'The output {target} is (or holds) the source {source_path}.')
+    if not target.exists():
+        return
+    if not target.is_dir():
+        raise NotADirectoryError(f'The output {target} exists and is not a directory.')
+    entries = sorted(p.name for p in target.iterdir())
+    if not entries:
+        return
+    if not overwrite:
+        raise FileExistsError(
+            f'The output directory {target} exists and is not empty (it holds {entries[:5]}); '
+            'choose a new directory, or pass overwrite=True (--overwrite) to replace the '
+            'LeRobot dataset in it.'
+        )
+    if meta.find_root(target) is None:
+        raise FileExistsError(
+            f'overwrite=True replaces a LeRobot dataset only, and {target} holds no '
+            f'{meta.INFO} (it holds {entries[:5]}); remove it yourself.'
+        )
+
+
+def describe_source(source: Any) -> tuple[str, pathlib.Path | None]:
+    """Returns how messages name the source, and its absolute path when it is one."""
+    import tensorflow as tf
+
+    if isinstance(source, tf.data.Dataset):
+        return 'the given tf.data.Dataset', None
+    if not isinstance(source, str | os.PathLike):
+        return repr(source), None
+    path = pathlib.Path(os.fspath(source)).expanduser()
+    return (str(path.resolve()), path.resolve()) if path.exists() else (str(source), None)
