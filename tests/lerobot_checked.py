@@ -129,13 +129,39 @@ def expected_values(directory: pathlib.Path) -> dict[str, np.ndarray]:
     return out
 
 
+def stats_cases() -> dict[str, np.ndarray]:
+    """Arrays whose statistics LeRobot's own functions compute in the scratch check.
+
+    Keys are `<kind>/<name>`: `numeric` arrays as LeRobot's writer stacks a feature's
+    frames, `image` uint8 `[T, H, W, C]` frames (larger than 300 pixels a side: LeRobot
+    samples and downsamples them).
+    """
+    rng = np.random.default_rng(2026)
+    frames = rng.integers(0, 256, size=(130, 240, 320, 3), dtype=np.uint8)
+    frames[:, :120] //= 2
+    return {
+        'numeric/float32-vectors': rng.normal(size=(200, 7)).astype(np.float32),
+        'numeric/float32-scalars': rng.normal(size=200).astype(np.float32) * 1e3,
+        'numeric/float64-vectors': rng.normal(size=(50, 3)),
+        'numeric/int64': rng.integers(-5, 10**6, size=(77, 2)),
+        'numeric/bool': rng.random(40) < 0.2,
+        'numeric/one-frame': rng.normal(size=(1, 4)).astype(np.float32),
+        'numeric/one-bool': np.array([True]),
+        'numeric/constant': np.full((9, 2), 3.5, np.float32),
+        'image/large': frames,
+        'image/one-frame': frames[:1, :64, :48],
+        'image/grey': frames[:20, :32, :32, :1],
+    }
+
+
 def write_checked(directory: pathlib.Path) -> None:
-    """Writes both datasets and `expected.npz` into `directory`."""
+    """Writes both datasets and `expected.npz` (with `stats_cases`) into `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
     for mode in MODES:
         stats = write_dataset(directory, mode)
         print(f'{mode}: {stats.episodes} episodes, {stats.frames} frames, PSNR {stats.psnr_db}')
-    np.savez(directory / 'expected.npz', **expected_values(directory))
+    cases = {f'stats_cases/{k}': v for k, v in stats_cases().items()}
+    np.savez(directory / 'expected.npz', **expected_values(directory), **cases)
 
 
 if __name__ == '__main__':
