@@ -2,8 +2,9 @@
 
 The verbs, in the order data flows:
 
-    load            open an RLDS dataset (a TFDS directory or name, envlogger, Minari, D4RL,
-                    `tf.data`) as whole-episode tensors, through a registry of readers
+    load            open an RLDS dataset (a TFDS directory or name, envlogger, LeRobot,
+                    Minari, D4RL, `tf.data`) as whole-episode tensors, through a registry
+                    of readers
     validate        check every rule on every episode; name each problem
     adders          (the top-level `adders` package) n-step, GAE, sequences and frame
                     stacking as `tf.data` transforms
@@ -11,7 +12,8 @@ The verbs, in the order data flows:
                     `PushOptions`)
     LearnerDataset  sample batches for TF-Agents learners: mixing, importance weights,
                     priority updates
-    export          back to RLDS: `export_table`, `RldsRecorder`, `save_as_rlds`
+    export          back to RLDS: `export_table`, `RldsRecorder`, `save_as_rlds`; and to
+                    LeRobot: `save_as_lerobot`
 
 The package is arranged by role, in the same order; each room imports only itself and the
 rooms listed before it (docs/architecture.md lists every module):
@@ -61,6 +63,8 @@ _EXPORTS = {
     'EpisodeTooLongError': 'rlds_reverb.core.errors:EpisodeTooLongError',
     'ExportError': 'rlds_reverb.core.errors:ExportError',
     'InvalidEpisodeError': 'rlds_reverb.core.errors:InvalidEpisodeError',
+    'LeRobotExportError': 'rlds_reverb.core.errors:LeRobotExportError',
+    'LeRobotFormatError': 'rlds_reverb.core.errors:LeRobotFormatError',
     'MinariFormatError': 'rlds_reverb.core.errors:MinariFormatError',
     'PushError': 'rlds_reverb.core.errors:PushError',
     'ResumeError': 'rlds_reverb.core.errors:ResumeError',
@@ -74,11 +78,13 @@ _EXPORTS = {
     'TableTooSmallError': 'rlds_reverb.core.errors:TableTooSmallError',
     'create_trajectory_data_spec': 'rlds_reverb.core.specs:create_trajectory_data_spec',
     'get_rlds_step_features': 'rlds_reverb.core.specs:get_rlds_step_features',
+    'CameraMode': 'rlds_reverb.core.types:CameraMode',
     'EndBehavior': 'rlds_reverb.core.types:EndBehavior',
     'ValidationMode': 'rlds_reverb.core.types:ValidationMode',
     'LoadOptions': 'rlds_reverb.read.options:LoadOptions',
     'load': 'rlds_reverb.read.loading:load',
     'register_reader': 'rlds_reverb.read.loading:register_reader',
+    'read_lerobot_metadata': 'rlds_reverb.read.lerobot:read_lerobot_metadata',
     'write_report': 'rlds_reverb.check.report_html:write_report',
     'ValidationReport': 'rlds_reverb.check.validation:ValidationReport',
     'validate': 'rlds_reverb.check.validation:validate',
@@ -95,11 +101,13 @@ _EXPORTS = {
     'RldsRecorder': 'rlds_reverb.export.recorder:RldsRecorder',
     'export_table': 'rlds_reverb.export.reverb_export:export_table',
     'save_as_rlds': 'rlds_reverb.export.rlds_copy:save_as_rlds',
+    'save_as_lerobot': 'rlds_reverb.export.lerobot:save_as_lerobot',
     # Needs the `beam` extra (Apache Beam); imported only when used.
     'push_with_beam': 'rlds_reverb.distribute.pipeline:push_with_beam',
 }
 
 __all__ = [
+    'CameraMode',
     'CheckpointError',
     'D4rlFileError',
     'DistributedPushError',
@@ -108,6 +116,8 @@ __all__ = [
     'EpisodeTooLongError',
     'ExportError',
     'InvalidEpisodeError',
+    'LeRobotExportError',
+    'LeRobotFormatError',
     'LearnerDataset',
     'LoadOptions',
     'MinariFormatError',
@@ -142,8 +152,10 @@ __all__ = [
     'push',
     'push_rlds_to_reverb',
     'push_with_beam',
+    'read_lerobot_metadata',
     'register_reader',
     'sampling',
+    'save_as_lerobot',
     'save_as_rlds',
     'seed_server',
     'tables',
@@ -163,6 +175,8 @@ if TYPE_CHECKING:
     from rlds_reverb.core.errors import EpisodeTooLongError as EpisodeTooLongError
     from rlds_reverb.core.errors import ExportError as ExportError
     from rlds_reverb.core.errors import InvalidEpisodeError as InvalidEpisodeError
+    from rlds_reverb.core.errors import LeRobotExportError as LeRobotExportError
+    from rlds_reverb.core.errors import LeRobotFormatError as LeRobotFormatError
     from rlds_reverb.core.errors import MinariFormatError as MinariFormatError
     from rlds_reverb.core.errors import PushError as PushError
     from rlds_reverb.core.errors import ResumeError as ResumeError
@@ -176,9 +190,11 @@ if TYPE_CHECKING:
     from rlds_reverb.core.errors import TableTooSmallError as TableTooSmallError
     from rlds_reverb.core.specs import create_trajectory_data_spec as create_trajectory_data_spec
     from rlds_reverb.core.specs import get_rlds_step_features as get_rlds_step_features
+    from rlds_reverb.core.types import CameraMode as CameraMode
     from rlds_reverb.core.types import EndBehavior as EndBehavior
     from rlds_reverb.core.types import ValidationMode as ValidationMode
     from rlds_reverb.distribute.pipeline import push_with_beam as push_with_beam
+    from rlds_reverb.export.lerobot import save_as_lerobot as save_as_lerobot
     from rlds_reverb.export.recorder import RldsRecorder as RldsRecorder
     from rlds_reverb.export.reverb_export import export_table as export_table
     from rlds_reverb.export.rlds_copy import save_as_rlds as save_as_rlds
@@ -186,6 +202,7 @@ if TYPE_CHECKING:
     from rlds_reverb.learn import sampling as sampling
     from rlds_reverb.learn.sampling import LearnerDataset as LearnerDataset
     from rlds_reverb.learn.sampling import SampleBatch as SampleBatch
+    from rlds_reverb.read.lerobot import read_lerobot_metadata as read_lerobot_metadata
     from rlds_reverb.read.loading import load as load
     from rlds_reverb.read.loading import register_reader as register_reader
     from rlds_reverb.read.options import LoadOptions as LoadOptions

@@ -24,8 +24,8 @@ __all__ = [
 
 _RLDS, _LEROBOT = 'rlds', 'lerobot'
 # Options that apply to one output format only (the other refuses them by name).
-_RLDS_ONLY = {'name': None, 'episodes_per_shard': 100, 'unordered': False}
-_LEROBOT_ONLY = {
+_RLDS_ONLY: dict[str, object] = {'name': None, 'episodes_per_shard': 100, 'unordered': False}
+_LEROBOT_ONLY: dict[str, object] = {
     'video': False,
     'fps': None,
     'task_field': None,

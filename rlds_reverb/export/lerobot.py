@@ -115,7 +115,7 @@ class Conversion:
         return episodes_lib.to_whole_episodes(episodes)
 
 
-def find_problem(steps: Mapping, index: int) -> str | None:
+def find_problem(steps: dict, index: int) -> str | None:
     """Returns the first way an episode breaks the validation rules, or None if valid."""
     length = len(steps[types.IS_FIRST])
     if length == 0:
@@ -372,9 +372,9 @@ def save_as_lerobot(
       >>> rlds_reverb.save_as_lerobot(episodes, '/data/out', fps=10, cameras='video')
     """
     started = time.perf_counter()
-    cameras = types.as_enum(types.CameraMode, cameras, argument='cameras')
-    on_invalid = types.as_enum(types.ValidationMode, on_invalid, argument='on_invalid')
-    if on_invalid is types.ValidationMode.REPORT:
+    camera_mode = types.as_enum(types.CameraMode, cameras, argument='cameras')
+    invalid_mode = types.as_enum(types.ValidationMode, on_invalid, argument='on_invalid')
+    if invalid_mode is types.ValidationMode.REPORT:
         raise ValueError("on_invalid='report' writes nothing; use 'raise' or 'skip'.")
     workers = checks.check_int_at_least(workers, 1, argument='workers')
     if frames_per_file is not None:
@@ -387,7 +387,7 @@ def save_as_lerobot(
     whole = episodes_lib.to_whole_episodes(episodes)
     plan = lerobot_schema.make_plan(
         whole.element_spec,
-        video=cameras is types.CameraMode.VIDEO,
+        video=camera_mode is types.CameraMode.VIDEO,
         task_field=task_field,
         names={**(found.names if found else {}), **(names or {})},
         leave_out=found.derived if found else (),
@@ -400,13 +400,13 @@ def save_as_lerobot(
         where=where,
         split=split,
         data_dir=None if data_dir is None else os.fspath(data_dir),
-        cameras=cameras,
+        cameras=camera_mode,
         fps=_find_fps(fps, found, whole, where),
         task_field=task_field,
         default_task=default_task,
         robot_type=robot_type or (found.robot_type if found else None),
         frames_per_file=frames_per_file or lerobot_schema.default_frames_per_file(plan),
-        on_invalid=on_invalid,
+        on_invalid=invalid_mode,
         min_psnr_db=min_psnr_db,
         plan=plan,
     )

@@ -293,7 +293,8 @@ def make_plan(
         lists which).
     """
     task_path = tuple(task_field.strip('/').split('/'))
-    columns, notes = [], []
+    columns: list[Column] = []
+    notes: list[str] = []
     plan_task = plan_time = None
     for path, spec in _walk(element_spec[types.STEPS], (), where=where):
         key = '/'.join(path)

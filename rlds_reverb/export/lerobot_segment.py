@@ -171,13 +171,14 @@ class SegmentWriter:
         """Episodes added so far."""
         return len(self._rows)
 
-    def _open(self) -> None:
+    def _open(self) -> Any:
+        """Opens the segment's data file (returned) and video files."""
         import pyarrow.parquet as pq
 
         path = self._root / self.segment.path(meta.DATA_PATH)
         path.parent.mkdir(parents=True, exist_ok=True)
         schema = self._plan.data_schema()
-        self._data = pq.ParquetWriter(path, schema, compression='snappy', use_dictionary=True)
+        data = pq.ParquetWriter(path, schema, compression='snappy', use_dictionary=True)
         for camera in self._plan.cameras:
             if camera.is_video:
                 video = self._root / self.segment.path(meta.VIDEO_PATH, video_key=camera.name)
@@ -185,13 +186,14 @@ class SegmentWriter:
                 self._videos[camera.name] = lerobot_video.VideoWriter(
                     video, fps=self._fps, shape=camera.step_shape, camera=camera.name
                 )
+        return data
 
     def add(self, episode: Mapping[str, Any]) -> None:
         """Writes one whole episode (NumPy `[T, ...]` steps) after the ones added before."""
         import pyarrow as pa
 
         if self._data is None:
-            self._open()
+            self._data = self._open()
         steps = episode[types.STEPS]
         length = len(steps[types.IS_FIRST])
         index = self.segment.first_episode + self.episodes
@@ -281,8 +283,8 @@ class SegmentWriter:
                 self._stats[_STATS_SEPARATOR.join((str(index), name, stat))] = stats[name][stat]
         row['meta/episodes/chunk_index'], row['meta/episodes/file_index'] = chunk, file
         for column in self._plan.episode_columns:
-            value = np.asarray(_get(episode, column.path))
-            row[column.column] = _episode_value(value, column.dtype)
+            found = np.asarray(_get(episode, column.path))
+            row[column.column] = _episode_value(found, column.dtype)
         self._rows.append(row)
 
     def close(self, stats_path: pathlib.Path) -> dict[str, lerobot_video.Quality]:

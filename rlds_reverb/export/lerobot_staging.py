@@ -137,7 +137,7 @@ class Staging:
 
     def keep_prefix(self) -> list[SegmentRecord]:
         """Keeps the complete segments 0 .. k - 1 (forgets any after a gap); returns them."""
-        kept = []
+        kept: list[SegmentRecord] = []
         while len(kept) in self.segments:
             kept.append(self.segments[len(kept)])
         self.segments = {s.number: s for s in kept}

@@ -160,11 +160,11 @@ class VideoWriter:
             'preset': str(PRESET),
             'svtav1-params': f'fast-decode={FAST_DECODE}',
         }
-        self._stream = self._container.add_stream(CODEC, fps, options=options)
+        self._stream: Any = self._container.add_stream(CODEC, fps, options=options)
         self._stream.pix_fmt = PIXEL_FORMAT
         self._stream.height, self._stream.width = int(shape[0]), int(shape[1])
         self._stream.time_base = self._time_base
-        self._decoder = av.CodecContext.create(_DECODER, 'r')
+        self._decoder: Any = av.CodecContext.create(_DECODER, 'r')
         self._waiting: dict[int, np.ndarray] = {}  # Source frames not yet decoded back.
         self._next_pts = 0
         self.quality = Quality()

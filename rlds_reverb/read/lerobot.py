@@ -136,7 +136,7 @@ def _generate(layout: Layout, positions: np.ndarray) -> Iterator[dict]:
     cursors = {
         f.feature.name: lerobot_video.VideoCursor(f.feature.name, f.frame_shape)
         for f in layout.fields
-        if f.feature.dtype == lerobot_meta.VIDEO
+        if f.feature.dtype == lerobot_meta.VIDEO and f.frame_shape is not None
     }
     try:
         for position in positions.tolist():
@@ -179,7 +179,7 @@ def _decode_images(layout: Layout, episode: dict) -> dict:
     """Decodes the image-mode cameras of one episode: one step per camera, after the read."""
     steps = episode[types.STEPS]
     for field in layout.fields:
-        if field.feature.dtype != lerobot_meta.IMAGE:
+        if field.feature.dtype != lerobot_meta.IMAGE or field.frame_shape is None:
             continue
         blobs = _get(steps, field.path)
         frames = tf.numpy_function(

@@ -130,8 +130,8 @@ class Layout:
             types.EPISODE_INDEX: tf.TensorSpec([], tf.int64),
             types.FPS: tf.TensorSpec([], tf.float64),
         }
-        for field in self.episode_fields:
-            _put(signature, field.path, tf.TensorSpec(field.shape, tf.as_dtype(_np_dtype(field))))
+        for extra in self.episode_fields:
+            _put(signature, extra.path, tf.TensorSpec(extra.shape, tf.as_dtype(_np_dtype(extra))))
         signature[types.STEPS] = steps
         return signature
 
@@ -180,11 +180,11 @@ class Layout:
             table = episode_rows.read(
                 position, position + 1, [f.column for f in self.episode_fields]
             )
-            for field in self.episode_fields:
+            for extra in self.episode_fields:
                 value = np.asarray(
-                    table.column(field.column).to_pylist()[0], dtype=_np_dtype(field)
+                    table.column(extra.column).to_pylist()[0], dtype=_np_dtype(extra)
                 )
-                _put(episode, field.path, value.reshape(field.shape))
+                _put(episode, extra.path, value.reshape(extra.shape))
         return {**episode, types.STEPS: steps}
 
     def _read_video(
@@ -259,7 +259,7 @@ def _check_place(column, position: int, start: int, end: int, file) -> None:
 
 
 def _made_specs(layout: Layout) -> dict[tuple[str, ...], tf.TensorSpec]:
-    specs = {
+    specs: dict[tuple[str, ...], tf.TensorSpec] = {
         (flag,): tf.TensorSpec([None], tf.bool)
         for flag in (types.IS_FIRST, types.IS_LAST, types.IS_TERMINAL)
     }

@@ -284,7 +284,7 @@ def read_info(root: pathlib.Path) -> Info:
     if 'codebase_version' not in raw:
         raise LeRobotFormatError(f'{path} has no codebase_version: it is not a LeRobot dataset.')
     version = _check_version(raw['codebase_version'], root)
-    fps = _get(raw, 'fps', int | float, path)
+    fps = _get(raw, 'fps', (int, float), path)
     if fps <= 0:
         raise LeRobotFormatError(f'{path}: fps is {fps}; expected > 0.')
     features = _get(raw, 'features', Mapping, path)
