@@ -28,14 +28,12 @@ from collections.abc import Iterator, Mapping
 from concurrent import futures
 from typing import Any
 
-import numpy as np
 import tensorflow as tf
 
-from rlds_reverb.check import rules
 from rlds_reverb.core import checks, types
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core.errors import LeRobotExportError
-from rlds_reverb.export import lerobot_schema, lerobot_staging
+from rlds_reverb.export import lerobot_schema, lerobot_segment, lerobot_staging
 from rlds_reverb.export.lerobot_segment import Segment, SegmentWriter, TaskTable
 from rlds_reverb.export.lerobot_staging import SegmentRecord, Staging
 from rlds_reverb.export.lerobot_video import Quality
@@ -115,21 +113,6 @@ class Conversion:
         return episodes_lib.to_whole_episodes(episodes)
 
 
-def find_problem(steps: dict, index: int) -> str | None:
-    """Returns the first way an episode breaks the validation rules, or None if valid."""
-    length = len(steps[types.IS_FIRST])
-    if length == 0:
-        return f'episode {index} has no step (rule {rules.Rule.NON_EMPTY.rule_id})'
-    at = rules.StepIndex(np.arange(length), length - 1)
-    checked = rules.list_step_checks(steps)
-    masks = rules.evaluate_step_checks(rules.NUMPY, at, steps)
-    for (rule, field), mask in zip(checked, masks, strict=True):
-        broken = np.flatnonzero(np.asarray(mask))
-        if broken.size:
-            return rules.format_problem(index, f'step {broken[0]}', field, rule, rule.hint)
-    return None
-
-
 def run_segments(
     conversion: Conversion,
     staging: Staging,
@@ -149,7 +132,7 @@ def run_segments(
         try:
             for whole in episodes:
                 position += 1
-                problem = find_problem(whole[types.STEPS], position - 1)
+                problem = lerobot_segment.find_problem(whole[types.STEPS], position - 1)
                 if problem is not None:
                     if conversion.on_invalid is types.ValidationMode.RAISE:
                         raise LeRobotExportError(
@@ -303,6 +286,54 @@ def _run(conversion: Conversion, staging: Staging, whole, workers: int, progress
     return counter[0]
 
 
+def _make_conversion(
+    source: Any,
+    where: str,
+    *,
+    split,
+    data_dir,
+    cameras,
+    fps,
+    task_field,
+    default_task,
+    robot_type,
+    names,
+    frames_per_file,
+    on_invalid,
+    min_psnr_db,
+) -> tuple[tf.data.Dataset, Conversion]:
+    """Opens the source and decides what is written (the plan, the frame rate, the files)."""
+    episodes = loading.load(source, split=split, data_dir=data_dir)
+    found = lerobot_reader.read_lerobot_metadata(episodes)
+    whole = episodes_lib.to_whole_episodes(episodes)
+    plan = lerobot_schema.make_plan(
+        whole.element_spec,
+        video=cameras is types.CameraMode.VIDEO,
+        task_field=task_field,
+        names={**(found.names if found else {}), **(names or {})},
+        leave_out=found.derived if found else (),
+        where=where,
+    )
+    if found is not None:
+        plan = _order_columns(plan, found.feature_names)
+    conversion = Conversion(
+        source=source,
+        where=where,
+        split=split,
+        data_dir=None if data_dir is None else os.fspath(data_dir),
+        cameras=cameras,
+        fps=_find_fps(fps, found, whole, where),
+        task_field=task_field,
+        default_task=default_task,
+        robot_type=robot_type or (found.robot_type if found else None),
+        frames_per_file=frames_per_file or lerobot_schema.default_frames_per_file(plan),
+        on_invalid=on_invalid,
+        min_psnr_db=min_psnr_db,
+        plan=plan,
+    )
+    return whole, conversion
+
+
 def save_as_lerobot(
     source: loading.Source,
     directory: os.PathLike | str,
@@ -382,34 +413,22 @@ def save_as_lerobot(
     target = pathlib.Path(directory).expanduser().absolute()
     where, source_path = lerobot_staging.describe_source(source)
     lerobot_staging.check_target(target, overwrite=overwrite, source_path=source_path)
-    episodes = loading.load(source, split=split, data_dir=data_dir)
-    found = lerobot_reader.read_lerobot_metadata(episodes)
-    whole = episodes_lib.to_whole_episodes(episodes)
-    plan = lerobot_schema.make_plan(
-        whole.element_spec,
-        video=camera_mode is types.CameraMode.VIDEO,
-        task_field=task_field,
-        names={**(found.names if found else {}), **(names or {})},
-        leave_out=found.derived if found else (),
-        where=where,
-    )
-    if found is not None:
-        plan = _order_columns(plan, found.feature_names)
-    conversion = Conversion(
-        source=source,
-        where=where,
+    whole, conversion = _make_conversion(
+        source,
+        where,
         split=split,
-        data_dir=None if data_dir is None else os.fspath(data_dir),
+        data_dir=data_dir,
         cameras=camera_mode,
-        fps=_find_fps(fps, found, whole, where),
+        fps=fps,
         task_field=task_field,
         default_task=default_task,
-        robot_type=robot_type or (found.robot_type if found else None),
-        frames_per_file=frames_per_file or lerobot_schema.default_frames_per_file(plan),
+        robot_type=robot_type,
+        names=names,
+        frames_per_file=frames_per_file,
         on_invalid=invalid_mode,
         min_psnr_db=min_psnr_db,
-        plan=plan,
     )
+    plan = conversion.plan
     staging = Staging(target, conversion.fingerprint(whole.element_spec))
     stats = LeRobotSaveStats(not_written=list(plan.notes))
     stats.resumed_episodes = sum(s.episodes[1] - s.episodes[0] for s in staging.keep_prefix())

@@ -3,7 +3,7 @@
 The files must be the ones one process writes, so the segments and the task indices are
 fixed before any is written: a first pass reads each episode's flags and task strings only
 (`step_fields`: the task field and the smallest observation leaf), checks the episodes
-(`lerobot.find_problem`), and cuts them into segments by the rule one process follows (a
+(`lerobot_segment.find_problem`), and cuts them into segments by the rule one process follows (a
 segment ends after the episode that brings it to `frames_per_file` frames); the tasks get
 their indices in order of first appearance, as one process gives them. Then segment k goes
 to worker k mod N (`multiprocessing`'s spawn start method), which opens the source itself,
@@ -28,7 +28,7 @@ from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import types
 from rlds_reverb.core.errors import LeRobotExportError
 from rlds_reverb.export import lerobot_staging
-from rlds_reverb.export.lerobot_segment import Segment, SegmentWriter, TaskTable
+from rlds_reverb.export.lerobot_segment import Segment, SegmentWriter, TaskTable, find_problem
 from rlds_reverb.export.lerobot_staging import SegmentRecord, Staging
 from rlds_reverb.read import loading
 
@@ -66,8 +66,6 @@ def _walk(spec: dict, prefix: tuple[str, ...]):
 
 def _first_pass(conversion, whole_spec: Any) -> tuple[list[int], list[bool], list[list[str]]]:
     """Returns each source episode's length, validity and task strings (reading little)."""
-    from rlds_reverb.export import lerobot  # The loop's helpers (imports this module).
-
     kept = []
     if conversion.plan.task_path is not None:
         kept.append('/'.join(conversion.plan.task_path))
@@ -82,7 +80,7 @@ def _first_pass(conversion, whole_spec: Any) -> tuple[list[int], list[bool], lis
         episodes_lib.to_whole_episodes(episodes).as_numpy_iterator()
     ):
         steps = episode[types.STEPS]
-        problem = lerobot.find_problem(steps, position)
+        problem = find_problem(steps, position)
         if problem is not None and conversion.on_invalid is types.ValidationMode.RAISE:
             raise LeRobotExportError(
                 f"{conversion.where}: {problem}. Fix the data, or pass on_invalid='skip' "
@@ -141,11 +139,9 @@ def _write_segment(conversion, root: pathlib.Path, planned: PlannedSegment, task
         tasks=table,
         default_task=conversion.default_task,
     )
-    from rlds_reverb.export import lerobot
-
     try:
         for position, episode in enumerate(whole.prefetch(2).as_numpy_iterator(), start=first):
-            if lerobot.find_problem(episode[types.STEPS], position) is None:
+            if find_problem(episode[types.STEPS], position) is None:
                 writer.add(episode)
     except BaseException:
         writer.abort()

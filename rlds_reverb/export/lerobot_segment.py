@@ -21,6 +21,7 @@ from typing import Any
 
 import numpy as np
 
+from rlds_reverb.check import rules
 from rlds_reverb.core import types
 from rlds_reverb.export import lerobot_stats, lerobot_video
 from rlds_reverb.export.lerobot_schema import Column, Kind, Plan
@@ -345,3 +346,18 @@ def _episode_value(value: np.ndarray, dtype: str) -> Any:
         texts = [_text(v) for v in value.reshape(-1)]
         return texts if value.ndim else texts[0]
     return value.reshape(-1).tolist() if value.ndim else value.item()
+
+
+def find_problem(steps: dict, index: int) -> str | None:
+    """Returns the first way an episode breaks the validation rules, or None if valid."""
+    length = len(steps[types.IS_FIRST])
+    if length == 0:
+        return f'episode {index} has no step (rule {rules.Rule.NON_EMPTY.rule_id})'
+    at = rules.StepIndex(np.arange(length), length - 1)
+    checked = rules.list_step_checks(steps)
+    masks = rules.evaluate_step_checks(rules.NUMPY, at, steps)
+    for (rule, field), mask in zip(checked, masks, strict=True):
+        broken = np.flatnonzero(np.asarray(mask))
+        if broken.size:
+            return rules.format_problem(index, f'step {broken[0]}', field, rule, rule.hint)
+    return None
