@@ -220,8 +220,7 @@ def read_lerobot_metadata(episodes: tf.data.Dataset) -> LeRobotMetadata | None:
 
     Example:
       >>> episodes = rlds_reverb.load('/data/so100_pick')
-      >>> read_lerobot_metadata(episodes).names['action']
-      ['shoulder_pan', 'shoulder_lift', ...]
+      >>> names = read_lerobot_metadata(episodes).names['action']  # Joint names.
     """
     source = episodes_lib.find_source(episodes)
     while isinstance(source, sources.MappedSource):
