@@ -322,3 +322,20 @@ def test_the_command_line_reads_a_lerobot_directory(run_cli, tmp_path):
     assert code == 0 and 'Converted 6 episodes (118 steps)' in out
     for a, b in zip(read(load(tmp_path / 'copy' / '1.0.0')), read(load(VIDEO)), strict=True):
         tree.map_structure(np.testing.assert_array_equal, a, b)
+
+
+def test_the_command_line_reports_and_pushes_a_lerobot_directory(run_cli, tmp_path):
+    code, out, _ = run_cli('report', VIDEO, '--out', tmp_path / 'report.html', '--no-progress')
+    assert code == 0 and (tmp_path / 'report.html').stat().st_size > 0
+    kind = items.TwoStep()
+    table = reverb_tables.make_fifo_table('replay', tables.signature_for(kind, load(VIDEO)))
+    server = reverb.Server([table], port=None)
+    try:
+        address = f'localhost:{server.port}'
+        for root in (VIDEO, IMAGE):  # Image and video mode: the same spec, one table.
+            code, out, err = run_cli('push', root, '--server', address, '--table', 'replay')
+            assert code == 0, err
+        sizes = (118 - 6) + (170 - 10)  # Two-step items: one per step but the last.
+        assert server.localhost_client().server_info()['replay'].current_size == sizes
+    finally:
+        server.stop()
