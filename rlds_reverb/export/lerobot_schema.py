@@ -176,7 +176,9 @@ class Plan:
         shapes = {
             c.name: {'shape': list(c.step_shape)}
             for c in self.columns
-            if c.kind is not Kind.CAMERA and c.name != meta.NEXT_DONE and len(c.step_shape) != 1
+            # Where the reader's rule (scalar for [1], else the shape) would not give it back.
+            if c.kind is not Kind.CAMERA
+            and c.step_shape != (() if c.shape == [1] else tuple(c.shape))
         }
         episode = {
             c.column: {'dtype': c.dtype, 'shape': list(c.shape)} for c in self.episode_columns

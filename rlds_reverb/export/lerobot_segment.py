@@ -23,6 +23,7 @@ import numpy as np
 
 from rlds_reverb.check import rules
 from rlds_reverb.core import types
+from rlds_reverb.core.errors import LeRobotExportError
 from rlds_reverb.export import lerobot_stats, lerobot_video
 from rlds_reverb.export.lerobot_schema import Column, Kind, Plan
 from rlds_reverb.read import lerobot_meta as meta
@@ -199,8 +200,8 @@ class SegmentWriter:
         length = len(steps[types.IS_FIRST])
         index = self.segment.first_episode + self.episodes
         first = self.segment.first_frame + self.frames
+        time, time_for_stats = self._timestamps(steps, length)  # Checked before encoding.
         columns, stats = self._frame_columns(steps, length)
-        time, time_for_stats = self._timestamps(steps, length)
         task_index = self._tasks.find(self._task_strings(steps, length))
         defaults = {
             meta.TIMESTAMP: time_for_stats,
@@ -254,6 +255,14 @@ class SegmentWriter:
             return exact.astype(np.float32), exact
         given = np.asarray(_get(steps, self._plan.timestamp_path), np.float32)
         same = np.array_equal(given, exact.astype(np.float32))
+        off = np.abs(given.astype(np.float64) - exact)
+        if self._videos and off.max(initial=0.0) >= lerobot_video.TOLERANCE_S / 2:
+            raise LeRobotExportError(
+                f'Episode {self.segment.first_episode + self.episodes}: its timestamp field '
+                f'differs from frame / fps by up to {off.max():.6f} s (at frame '
+                f'{int(off.argmax())}); video mode places frame k at k / fps, where LeRobot '
+                'looks frames up by timestamp. Write image mode, or drop the field.'
+            )
         return given, exact if same else given
 
     def _task_strings(self, steps: Mapping, length: int) -> list[str]:

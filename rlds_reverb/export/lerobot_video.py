@@ -37,6 +37,8 @@ __all__: list[str] = []
 CODEC = 'libsvtav1'
 PIXEL_FORMAT = 'yuv420p'
 GOP, CRF, PRESET, FAST_DECODE = 2, 30, 12, 0
+# LeRobot's reader's tolerance between a frame's time and the time it asks for.
+TOLERANCE_S = lerobot_video.TOLERANCE_S
 MIN_WIDTH, MIN_HEIGHT = 32, 8
 _DECODER = 'libdav1d'
 

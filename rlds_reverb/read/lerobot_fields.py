@@ -334,7 +334,9 @@ def make_layout(root: pathlib.Path, *, step_fields: Any = None) -> Layout:
             continue
         fields.append(_make_field(feature, record, where=where))
     paths = [f.path for f in fields]
-    derived = tuple(name for name in (types.REWARD, types.DISCOUNT) if (name,) not in paths)
+    derived = tuple(
+        name for name in (types.REWARD, types.DISCOUNT) if not any(p[0] == name for p in paths)
+    )
     clash = [p for p in paths if p[0] in _MADE_HERE]
     if clash:
         raise LeRobotFormatError(

@@ -296,6 +296,36 @@ def test_what_lerobot_cannot_hold_is_refused_by_name(tmp_path, steps, match):
     assert not (tmp_path / 'out').exists()
 
 
+def test_video_mode_refuses_timestamps_that_are_not_frame_over_fps(tmp_path):
+    camera = np.zeros((3, 32, 32, 3), np.uint8)
+    late = np.array([0.0, 0.1, 0.25], np.float32)
+    episodes = _one_episode(camera=camera, timestamp=late)
+    with pytest.raises(
+        LeRobotExportError,
+        match=r'Episode 0: its timestamp field differs .* 0\.050000 s \(at frame 2\)',
+    ):
+        lerobot.save_as_lerobot(episodes, tmp_path / 'video', fps=10, cameras='video')
+    lerobot.save_as_lerobot(episodes, tmp_path / 'image', fps=10)  # Image mode keeps them.
+    (back,) = read(load(tmp_path / 'image'))
+    np.testing.assert_array_equal(back[types.STEPS][types.TIMESTAMP], late)
+
+
+def test_nested_rewards_and_arrays_come_back_with_their_shapes(tmp_path):
+    rewards = {'task': np.arange(3, dtype=np.float32), 'effort': np.ones(3, np.float32)}
+    matrix = np.arange(3 * 2 * 4, dtype=np.float64).reshape(3, 2, 4)
+    column = np.arange(3, dtype=np.int16).reshape(3, 1)
+    episodes = _one_episode(reward=rewards, matrix=matrix, column=column)
+    lerobot.save_as_lerobot(episodes, tmp_path / 'out', fps=10)
+    info = json.loads((tmp_path / 'out' / 'meta' / 'info.json').read_text())
+    assert info['features']['reward.task']['shape'] == [1]
+    assert info['features']['matrix'] == {'dtype': 'float64', 'shape': [8], 'names': None}
+    (back,) = read(load(tmp_path / 'out'))
+    steps = back[types.STEPS]
+    np.testing.assert_array_equal(steps[types.REWARD]['task'], rewards['task'])
+    np.testing.assert_array_equal(steps['matrix'], matrix)
+    assert steps['column'].shape == (3, 1) and steps['column'].dtype == np.int16
+
+
 def test_invalid_episodes_raise_or_are_skipped(tmp_path):
     bad = {types.IS_LAST: np.array([False, False, False])}
     episodes = _one_episode().concatenate(_one_episode(**bad)).concatenate(_one_episode())
