@@ -17,7 +17,7 @@ Timed, set-up included, frames/s (one frame = both cameras and every field):
   every data file, all columns), `PNG decode alone` (Pillow decodes every stored PNG, one
   thread), `AV1 decode alone` (PyAV decodes every mp4 to RGB, as the reader converts);
 * `lerobot per frame` (with `--lerobot-python`, LeRobot 0.6.1's venv): `LeRobotDataset[i]`
-  for the first `--lerobot-frames` frames, image and video mode, the obvious alternative
+  for every frame (or the first `--lerobot-frames`), image and video mode, the obvious alternative
   (LeRobot's own reader, in its own environment).
 
 Every line carries the 1-minute load average before and after it: the machine is shared.
@@ -204,7 +204,7 @@ def main() -> None:
     parser.add_argument('--frames', type=int, default=20_000)
     parser.add_argument('--dir', default=None, help='where to write (default: a temp dir)')
     parser.add_argument('--lerobot-python', default=None, help="LeRobot 0.6.1's venv python")
-    parser.add_argument('--lerobot-frames', type=int, default=2_000)
+    parser.add_argument('--lerobot-frames', type=int, default=20_000)
     args = parser.parse_args()
     episodes = max(1, args.frames // _LENGTH)
     frames = episodes * _LENGTH
