@@ -385,3 +385,18 @@ def test_workers_write_the_same_files_as_one_process(robot_dir, tmp_path):
     assert len(list((tmp_path / 'two' / 'data').rglob('*.parquet'))) >= 3
     with pytest.raises(ValueError, match='workers > 1 needs a source each worker process can open'):
         lerobot.save_as_lerobot(_one_episode(), tmp_path / 'three', fps=10, workers=2)
+
+
+def test_nothing_written_is_world_writable_even_under_umask_0(tmp_path):
+    import os
+    import stat
+
+    previous = os.umask(0)
+    try:
+        lerobot.save_as_lerobot(FIXTURES / 'video-v3', tmp_path / 'out', cameras='video')
+    finally:
+        os.umask(previous)
+    entries = [tmp_path / 'out', *(tmp_path / 'out').rglob('*')]
+    assert [p for p in entries if p.lstat().st_mode & stat.S_IWOTH] == []
+    assert stat.S_IMODE((tmp_path / 'out').stat().st_mode) == 0o775
+    assert stat.S_IMODE((tmp_path / 'out' / 'videos').stat().st_mode) == 0o775
