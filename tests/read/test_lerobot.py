@@ -1,7 +1,8 @@
 """LeRobot v3.0 datasets through `rlds_reverb.load`: LeRobot 0.6.1's own files and reader.
 
 `tests/fixtures/lerobot/datasets/` holds datasets written by LeRobot 0.6.1 itself (image
-mode: PNG frames in the data parquet; video mode: AV1, all episodes of a camera in one mp4),
+mode: PNG frames in the data parquet; video mode: AV1, all episodes of a camera in one mp4;
+state only, without a reward: make_state_fixture.py),
 and `reference/` what `LeRobotDataset[i]` returned for every frame, with both of its video
 backends (`make_fixtures.py`, run in a scratch venv). Every frame read here is compared with
 it: numbers bit for bit, frames by SHA-256. Then the toolkit on these episodes (validate,
@@ -339,3 +340,39 @@ def test_the_command_line_reports_and_pushes_a_lerobot_directory(run_cli, tmp_pa
         assert server.localhost_client().server_info()['replay'].current_size == sizes
     finally:
         server.stop()
+
+
+def test_a_state_only_dataset_without_next_reward_as_lerobot_wrote_it(tmp_path):
+    """LeRobot 0.6.1's own state-only fixture (make_state_fixture.py): no camera, no reward."""
+    from rlds_reverb.export import lerobot as writer
+
+    root = FIXTURES / 'datasets' / 'state-v3'
+    ref = reference('state-v3')
+    with pytest.warns(UserWarning, match="no 'next.reward'"):
+        episodes = read(load(root))
+    np.testing.assert_array_equal(
+        concat(episodes, 'observation', 'state'), ref['observation.state']
+    )
+    np.testing.assert_array_equal(concat(episodes, 'action'), ref['action'])
+    np.testing.assert_array_equal(concat(episodes, 'reward'), np.zeros(26, np.float32))
+    assert [t.decode() for t in concat(episodes, types.LANGUAGE_INSTRUCTION)] == ref[
+        'task'
+    ].tolist()
+    assert [bool(e[types.STEPS][types.IS_TERMINAL][-1]) for e in episodes] == [
+        True,
+        False,
+        True,
+        False,
+    ]
+    assert [float(e[types.FPS]) for e in episodes] == [15.0] * 4
+    # Written back: the same data file and tasks, no reward or discount made up.
+    with pytest.warns(UserWarning, match="no 'next.reward'"):
+        stats = writer.save_as_lerobot(root, tmp_path / 'out')
+    assert 'reward: not written (the LeRobot reader made it up)' in stats.not_written
+    for relative in ('data/chunk-000/file-000.parquet', 'meta/tasks.parquet'):
+        import pyarrow.parquet as pq
+
+        assert pq.read_table(tmp_path / 'out' / relative).equals(pq.read_table(root / relative))
+    assert json.loads((tmp_path / 'out/meta/stats.json').read_text()) == json.loads(
+        (root / 'meta/stats.json').read_text()
+    )
