@@ -165,7 +165,7 @@ class Layout:
             where = f'{file}: column {name!r} (episode {position}, rows {start} .. {end - 1})'
             return lerobot_data.to_array(table.column(name), self.info.features[name], where=where)
 
-        _check_place(column, position, start, end, file)
+        _check_place(column, position, start, end, file, self.info.features)
         steps: dict = {}
         for field in self.fields:
             if field.feature.dtype == lerobot_meta.VIDEO:
@@ -241,12 +241,14 @@ def _tasks(tasks: Sequence[str], column, position: int, file) -> np.ndarray:
     return np.asarray(tasks, dtype=object)[indices]
 
 
-def _check_place(column, position: int, start: int, end: int, file) -> None:
+def _check_place(column, position: int, start: int, end: int, file, features) -> None:
     """Raises unless the rows read are episode `position`'s frames start .. end - 1."""
     checks = {
         lerobot_meta.INDEX: np.arange(start, end),
         lerobot_meta.EPISODE_INDEX: np.full(end - start, position),
     }
+    if lerobot_meta.FRAME_INDEX in features:
+        checks[lerobot_meta.FRAME_INDEX] = np.arange(end - start)
     for name, want in checks.items():
         got = column(name)
         if not np.array_equal(got, want):
