@@ -55,7 +55,7 @@ docs: $(STAMP)
 	NO_MKDOCS_2_WARNING=1 $(BIN)/mkdocs build --strict --site-dir site
 
 bench: $(STAMP)
-	@for name in disk convert push adders sample beam export cli d4rl_read minari_read save_rlds report statistics; do \
+	@for name in disk convert push adders sample beam export cli d4rl_read minari_read save_rlds report statistics lerobot; do \
 	  if [ -f benchmarks/$$name.py ]; then $(BIN)/python -m benchmarks.$$name; fi; \
 	done
 

@@ -36,6 +36,10 @@ _INSTALL_REQUIRES = [
     # Minari and D4RL files: HDF5 (h5py) and Arrow (pyarrow).
     'h5py>=3.10,<4',
     'pyarrow>=14,<26',
+    # LeRobot datasets: PNG frames (Pillow; 12 writes the same bytes as LeRobot's own PNGs)
+    # and AV1 video (PyAV bundles FFmpeg with dav1d and SVT-AV1; 15 is LeRobot 0.6.1's pin).
+    'pillow>=12,<13',
+    'av>=15.1,<16',
 ]
 _EXTRAS_REQUIRE = {
     'test': [

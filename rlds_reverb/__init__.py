@@ -2,9 +2,10 @@
 
 The verbs, in the order data flows:
 
-    load            open an RLDS dataset (a TFDS directory or name, envlogger, Minari, D4RL,
-                    `tf.data`) as whole-episode tensors, through a registry of readers;
-                    camera frames kept encoded on request (`list_frame_fields`, `frames`)
+    load            open an RLDS dataset (a TFDS directory or name, envlogger, LeRobot,
+                    Minari, D4RL, `tf.data`) as whole-episode tensors, through a registry
+                    of readers; camera frames kept encoded on request
+                    (`list_frame_fields`, `frames`)
     validate        check every rule on every episode; name each problem
     statistics      per-field, per-dimension statistics (`compute_statistics`,
                     `ensure_statistics`: saved beside the dataset) and `normalize` with them
@@ -15,7 +16,7 @@ The verbs, in the order data flows:
     LearnerDataset  sample batches for TF-Agents learners: mixing, importance weights,
                     priority updates (`SamplingOptions`)
     export          back to RLDS: `export_table` (`ExportOptions`), `RldsRecorder`,
-                    `save_as_rlds`
+                    `save_as_rlds`; and to LeRobot: `save_as_lerobot`
 
 The package is arranged by role, in the same order; each room imports only itself and the
 rooms listed before it (docs/architecture.md lists every module):
@@ -67,6 +68,8 @@ _EXPORTS = {
     'ExportError': 'rlds_reverb.core.errors:ExportError',
     'FrameFieldError': 'rlds_reverb.core.errors:FrameFieldError',
     'InvalidEpisodeError': 'rlds_reverb.core.errors:InvalidEpisodeError',
+    'LeRobotExportError': 'rlds_reverb.core.errors:LeRobotExportError',
+    'LeRobotFormatError': 'rlds_reverb.core.errors:LeRobotFormatError',
     'MinariFormatError': 'rlds_reverb.core.errors:MinariFormatError',
     'PushError': 'rlds_reverb.core.errors:PushError',
     'ResumeError': 'rlds_reverb.core.errors:ResumeError',
@@ -81,12 +84,14 @@ _EXPORTS = {
     'FrameFormat': 'rlds_reverb.core.frames:FrameFormat',
     'create_trajectory_data_spec': 'rlds_reverb.core.specs:create_trajectory_data_spec',
     'get_rlds_step_features': 'rlds_reverb.core.specs:get_rlds_step_features',
+    'CameraMode': 'rlds_reverb.core.types:CameraMode',
     'EndBehavior': 'rlds_reverb.core.types:EndBehavior',
     'ValidationMode': 'rlds_reverb.core.types:ValidationMode',
     'LoadOptions': 'rlds_reverb.read.options:LoadOptions',
     'list_frame_fields': 'rlds_reverb.read.loading:list_frame_fields',
     'load': 'rlds_reverb.read.loading:load',
     'register_reader': 'rlds_reverb.read.loading:register_reader',
+    'read_lerobot_metadata': 'rlds_reverb.read.lerobot:read_lerobot_metadata',
     'write_report': 'rlds_reverb.check.report_html:write_report',
     'DatasetStatistics': 'rlds_reverb.check.statistics:DatasetStatistics',
     'compute_statistics': 'rlds_reverb.check.statistics:compute_statistics',
@@ -113,12 +118,14 @@ _EXPORTS = {
     'RldsRecorder': 'rlds_reverb.export.recorder:RldsRecorder',
     'export_table': 'rlds_reverb.export.reverb_export:export_table',
     'save_as_rlds': 'rlds_reverb.export.rlds_copy:save_as_rlds',
+    'save_as_lerobot': 'rlds_reverb.export.lerobot:save_as_lerobot',
     # Needs the `beam` extra (Apache Beam); imported only when used.
     'push_with_beam': 'rlds_reverb.distribute.pipeline:push_with_beam',
     'compute_statistics_with_beam': 'rlds_reverb.distribute.statistics:compute_statistics_with_beam',
 }
 
 __all__ = [
+    'CameraMode',
     'CheckpointError',
     'D4rlFileError',
     'DatasetStatistics',
@@ -132,6 +139,8 @@ __all__ = [
     'FrameFieldError',
     'FrameFormat',
     'InvalidEpisodeError',
+    'LeRobotExportError',
+    'LeRobotFormatError',
     'LearnerDataset',
     'LoadOptions',
     'MinariFormatError',
@@ -175,8 +184,10 @@ __all__ = [
     'push',
     'push_rlds_to_reverb',
     'push_with_beam',
+    'read_lerobot_metadata',
     'register_reader',
     'sampling',
+    'save_as_lerobot',
     'save_as_rlds',
     'seed_server',
     'tables',
@@ -201,6 +212,8 @@ if TYPE_CHECKING:
     from rlds_reverb.core.errors import ExportError as ExportError
     from rlds_reverb.core.errors import FrameFieldError as FrameFieldError
     from rlds_reverb.core.errors import InvalidEpisodeError as InvalidEpisodeError
+    from rlds_reverb.core.errors import LeRobotExportError as LeRobotExportError
+    from rlds_reverb.core.errors import LeRobotFormatError as LeRobotFormatError
     from rlds_reverb.core.errors import MinariFormatError as MinariFormatError
     from rlds_reverb.core.errors import PushError as PushError
     from rlds_reverb.core.errors import ResumeError as ResumeError
@@ -215,6 +228,7 @@ if TYPE_CHECKING:
     from rlds_reverb.core.frames import FrameFormat as FrameFormat
     from rlds_reverb.core.specs import create_trajectory_data_spec as create_trajectory_data_spec
     from rlds_reverb.core.specs import get_rlds_step_features as get_rlds_step_features
+    from rlds_reverb.core.types import CameraMode as CameraMode
     from rlds_reverb.core.types import EndBehavior as EndBehavior
     from rlds_reverb.core.types import ValidationMode as ValidationMode
     from rlds_reverb.distribute.pipeline import push_with_beam as push_with_beam
@@ -222,6 +236,7 @@ if TYPE_CHECKING:
         compute_statistics_with_beam as compute_statistics_with_beam,
     )
     from rlds_reverb.export.options import ExportOptions as ExportOptions
+    from rlds_reverb.export.lerobot import save_as_lerobot as save_as_lerobot
     from rlds_reverb.export.recorder import RldsRecorder as RldsRecorder
     from rlds_reverb.export.reverb_export import export_table as export_table
     from rlds_reverb.export.rlds_copy import save_as_rlds as save_as_rlds
@@ -231,6 +246,7 @@ if TYPE_CHECKING:
     from rlds_reverb.learn.sampling import LearnerDataset as LearnerDataset
     from rlds_reverb.learn.sampling import SampleBatch as SampleBatch
     from rlds_reverb.read.loading import list_frame_fields as list_frame_fields
+    from rlds_reverb.read.lerobot import read_lerobot_metadata as read_lerobot_metadata
     from rlds_reverb.read.loading import load as load
     from rlds_reverb.read.loading import register_reader as register_reader
     from rlds_reverb.read.options import LoadOptions as LoadOptions

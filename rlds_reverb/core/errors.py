@@ -16,6 +16,8 @@ __all__ = [
     'ExportError',
     'FrameFieldError',
     'InvalidEpisodeError',
+    'LeRobotExportError',
+    'LeRobotFormatError',
     'MinariFormatError',
     'PushError',
     'ResumeError',
@@ -69,6 +71,11 @@ class D4rlFileError(SourceError):
 class MinariFormatError(SourceError):
     """A Minari dataset's file is missing, empty or malformed; the message names the file and
     the key (or episode) that is wrong."""
+
+
+class LeRobotFormatError(SourceError):
+    """A LeRobot dataset is of a format version not read, or one of its files is missing,
+    malformed or disagrees with another; the message names the file and the column (or key)."""
 
 
 class SpecMismatchError(RldsReverbError, ValueError):
@@ -233,3 +240,9 @@ class EmptyTableError(ReverbTimeoutError):
 
 class ExportError(RldsReverbError, ValueError):
     """A Reverb table cannot be exported as RLDS episodes; says why and what to do."""
+
+
+class LeRobotExportError(ExportError):
+    """Episodes cannot be written as a LeRobot dataset as they are (a field LeRobot cannot
+    hold, an invalid episode, frames too small for the video encoder); the message names the
+    field or episode and what to do."""

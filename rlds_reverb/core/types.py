@@ -22,9 +22,11 @@ __all__ = [
     'CHUNK_IS_PAD',
     'CHUNK_IS_TERMINATED',
     'CHUNK_IS_TRUNCATED',
+    'CameraMode',
     'DATA_VERSION',
     'DISCOUNT',
     'EPISODE_ID',
+    'EPISODE_INDEX',
     'EndBehavior',
     'Episode',
     'EpisodeOverflow',
@@ -37,11 +39,13 @@ __all__ = [
     'GoalStrategy',
     'FRAME_PRESENT_SUFFIX',
     'HISTORY_IS_PAD',
+    'FPS',
     'IS_BURN_IN',
     'IS_FIRST',
     'IS_LAST',
     'IS_TERMINAL',
     'ItemName',
+    'LANGUAGE_INSTRUCTION',
     'MASK',
     'NEXT_OBSERVATION',
     'N_STEP_DISCOUNT',
@@ -56,6 +60,7 @@ __all__ = [
     'REWARD',
     'STEPS',
     'STEP_INDEX',
+    'TIMESTAMP',
     'SpecNest',
     'Step',
     'TablePreset',
@@ -89,6 +94,12 @@ DATA_VERSION = 'data_version'
 # Added to every step by `push(..., add_ids=True)` (rlds_reverb.transform.carry).
 EPISODE_ID = 'episode_id'
 STEP_INDEX = 'step_index'
+# The natural-language instruction of a step (Open X-Embodiment's name; LeRobot's task).
+LANGUAGE_INSTRUCTION = 'language_instruction'
+# What the LeRobot reader adds (docs/lerobot.md): episode fields, the time of each step.
+EPISODE_INDEX = 'episode_index'
+FPS = 'fps'
+TIMESTAMP = 'timestamp'
 # The step field of a TF-Agents policy info that is not a dict (recorder, export).
 POLICY_INFO = 'policy_info'
 # Added by `adders.chunks` (docs/semantics.md §12): true where a window position holds no
@@ -147,6 +158,17 @@ class ValidationMode(enum.Enum):
     RAISE = 'raise'
     SKIP = 'skip'
     REPORT = 'report'
+
+
+class CameraMode(enum.Enum):
+    """How a LeRobot dataset stores camera frames: `save_as_lerobot(cameras=...)`, `--video`.
+
+    IMAGE: PNG images in the data files (lossless; LeRobot's image mode).
+    VIDEO: AV1 video, many episodes per mp4 file (lossy; LeRobot's video mode).
+    """
+
+    IMAGE = 'image'
+    VIDEO = 'video'
 
 
 class ExtraFields(enum.Enum):

@@ -8,14 +8,17 @@ Readers, in the order `load` asks them (`list_readers`); the first that recogniz
 source opens it (`rlds_reverb.read.readers.Reader`):
 
 1. readers registered with `register_reader`, in the order they were registered;
-2. `minari`: a Minari dataset directory (`<name>-v<N>/` or its `data/`, holding Minari's
+2. `lerobot`: a LeRobot v3.0 dataset directory (the folder holding `meta/info.json`; older
+   formats are refused with LeRobot's upgrade command): `rlds_reverb.read.lerobot`
+   (docs/lerobot.md);
+3. `minari`: a Minari dataset directory (`<name>-v<N>/` or its `data/`, holding Minari's
    `metadata.json`, or the `main_data.hdf5` beside it; HDF5 or Arrow files):
    `rlds_reverb.read.minari` (docs/minari.md);
-3. `d4rl`: a path to a D4RL HDF5 file (`.hdf5`, `.h5`): D4RL's key layout read as TFDS' d4rl
+4. `d4rl`: a path to a D4RL HDF5 file (`.hdf5`, `.h5`): D4RL's key layout read as TFDS' d4rl
    builder makes episodes of it (`rlds_reverb.read.d4rl`, docs/d4rl.md);
-4. `tf.data`: a `tf.data.Dataset` of RLDS episodes: checked and returned (with `discount`
+5. `tf.data`: a `tf.data.Dataset` of RLDS episodes: checked and returned (with `discount`
    filled in);
-5. `tfds`, last since it takes any path or name: a TFDS dataset directory (holding
+6. `tfds`, last since it takes any path or name: a TFDS dataset directory (holding
    `dataset_info.json`, e.g. `~/tensorflow_datasets/name/1.0.0`; envlogger's recordings are
    such directories), a parent of version directories (`name/` holding `1.0.0/`, or
    `name/config/1.0.0/`; the latest version is used when there are several), or a TFDS
@@ -47,7 +50,7 @@ import tensorflow as tf
 
 from rlds_reverb.core.errors import SourceError
 from rlds_reverb.core.frames import FrameFormat
-from rlds_reverb.read import d4rl, minari, readers, tfds_reader
+from rlds_reverb.read import d4rl, lerobot, minari, readers, tfds_reader
 from rlds_reverb.read.options import LoadOptions, make_options
 from rlds_reverb.read.tfds_dirs import open_builder
 
@@ -86,6 +89,7 @@ class TfDataReader:
 
 
 _BUILT_IN: tuple[readers.Reader, ...] = (
+    lerobot.LeRobotReader(),
     minari.MinariReader(),
     d4rl.D4rlReader(),
     TfDataReader(),
@@ -99,7 +103,7 @@ def list_readers() -> tuple[readers.Reader, ...]:
 
     Example:
       >>> tuple(reader.name for reader in list_readers())
-      ('minari', 'd4rl', 'tf.data', 'tfds')
+      ('lerobot', 'minari', 'd4rl', 'tf.data', 'tfds')
     """
     return (*_registered, *_BUILT_IN)
 
@@ -206,7 +210,8 @@ def load(
 
     Args:
       source: A `tf.data.Dataset` of RLDS episodes, a TFDS dataset directory (or the parent
-        of its version directories), a D4RL HDF5 file, a Minari dataset directory, a TFDS
+        of its version directories), a D4RL HDF5 file, a Minari dataset directory, a LeRobot
+        v3.0 dataset directory, a TFDS
         dataset name found in `data_dir`, or any source a registered reader recognizes
         (the module docstring gives the order readers are asked in).
       options: How to open it (`LoadOptions`); the defaults when None.
@@ -223,6 +228,9 @@ def load(
         or one slice of it.
       MinariFormatError: If a Minari dataset's metadata.json or data files are empty,
         malformed or incomplete (the message names the file and key); a `SourceError`.
+      LeRobotFormatError: If a LeRobot dataset is of format v2.x or older (the message says
+        how to upgrade it), or its metadata or data files are missing, malformed or
+        inconsistent (the message names the file and the column); a `SourceError`.
       SourceError: If the source is not an RLDS dataset (not a TFDS directory, no `steps`),
         the split is unknown, a shard is missing, truncated or corrupt, the only shard is
         one an interrupted recording left unlisted, a step feature cannot be decoded whole,

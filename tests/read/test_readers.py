@@ -119,7 +119,13 @@ def _ids(episodes: tf.data.Dataset) -> list[int]:
 
 def test_a_registered_reader_is_asked_first_and_read_whole(npz_reader, npz_dir):
     assert loading.list_readers()[0] is npz_reader
-    assert [r.name for r in loading.list_readers()[1:]] == ['minari', 'd4rl', 'tf.data', 'tfds']
+    assert [r.name for r in loading.list_readers()[1:]] == [
+        'lerobot',
+        'minari',
+        'd4rl',
+        'tf.data',
+        'tfds',
+    ]
     assert loading.find_reader(str(npz_dir)) is npz_reader
     episodes = rlds_reverb.load(npz_dir)
     assert isinstance(episodes_lib.find_source(episodes), _NpzSource)
@@ -216,7 +222,14 @@ def test_registering_checks_the_reader(npz_reader):
         loading.register_reader(bad)
     with pytest.raises(ValueError, match="No registered reader is named 'tfds'"):
         loading.unregister_reader('tfds')
-    assert [r.name for r in loading.list_readers()] == ['npz', 'minari', 'd4rl', 'tf.data', 'tfds']
+    assert [r.name for r in loading.list_readers()] == [
+        'npz',
+        'lerobot',
+        'minari',
+        'd4rl',
+        'tf.data',
+        'tfds',
+    ]
 
 
 def test_without_the_reader_the_source_is_not_a_dataset(npz_dir):

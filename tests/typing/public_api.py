@@ -99,6 +99,8 @@ def handle_errors(directory: str) -> str:
         rlds_reverb.DistributedPushError,
         rlds_reverb.EmptyTableError,
         rlds_reverb.EpisodeTooLongError,
+        rlds_reverb.LeRobotExportError,
+        rlds_reverb.LeRobotFormatError,
         rlds_reverb.MinariFormatError,
         rlds_reverb.ResumeError,
         rlds_reverb.ReverbConnectionError,
@@ -121,6 +123,12 @@ def use_the_other_modules(address: str, directory: str) -> list[object]:
     rlds_reverb.seed_server(rlds_reverb.load(directory), table='replay')
     saved = rlds_reverb.save_as_rlds(directory, f'{directory}_copy/1.0.0', episodes_per_shard=10)
     print(f'{saved.episodes} episodes, {saved.steps_per_second:.0f} steps/s')
+    written = rlds_reverb.save_as_lerobot(
+        directory, f'{directory}_lerobot', fps=10, cameras=rlds_reverb.CameraMode.VIDEO
+    )
+    psnr: dict[str, float] = written.psnr_db
+    found = rlds_reverb.read_lerobot_metadata(rlds_reverb.load(f'{directory}_lerobot'))
+    print(f'{written.frames_per_second:.0f} frames/s, {psnr}, {found and found.names}')
     missing = rlds_reverb.no_such_name  # type: ignore[attr-defined]
     return [
         missing,
