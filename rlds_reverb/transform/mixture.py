@@ -244,9 +244,7 @@ def _open(source: Any) -> tf.data.Dataset:
     return source if isinstance(source, tf.data.Dataset) else load(source)
 
 
-def _valid_steps(
-    name: str, episodes: tf.data.Dataset, on_invalid: types.ValidationMode
-) -> tf.data.Dataset:
+def _valid_steps(episodes: tf.data.Dataset, on_invalid: types.ValidationMode) -> tf.data.Dataset:
     """Returns the dataset's episodes' whole `[T, ...]` steps, invalid ones dropped or failing."""
     check = InGraphCheck(episodes, specs.get_step_spec(episodes))
     whole = episodes_lib.to_whole_episodes(episodes)
@@ -309,7 +307,7 @@ def _prepare(
     step_spec = specs.get_step_spec(episodes)
     mapped_spec = mapping.map_spec(step_spec, dataset=name)
     formats = mapping.map_frame_formats(episodes_lib.find_frame_formats(episodes))
-    steps = _valid_steps(name, episodes, on_invalid)
+    steps = _valid_steps(episodes, on_invalid)
     return steps, mapped_spec, formats
 
 
