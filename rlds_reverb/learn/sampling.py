@@ -191,6 +191,7 @@ class LearnerDataset:
             num_workers_per_iterator=self.options.num_workers_per_iterator,
             max_in_flight_samples_per_worker=self.options.max_in_flight_samples_per_worker,
             rate_limiter_timeout_ms=self.options.rate_limiter_timeout_ms,
+            item_spec=self.item_spec,
         )
         self.tables = self.plan.tables
         self.counts = self.plan.counts
