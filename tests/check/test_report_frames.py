@@ -41,3 +41,15 @@ def test_encoded_frames_are_reported_as_the_frames_they_decode_to(robot_dir):
 
 def encoded_shape(directory, path):
     return rlds_reverb.list_frame_fields(directory)[path].shape
+
+
+def test_the_report_command_reads_frames_encoded(robot_dir, tmp_path, run_cli):
+    out = tmp_path / 'report.html'
+    code, printed, err = run_cli(
+        'report', robot_dir, '--split', 'train[:3]', '--encoded-frames', 'all',
+        '--out', out, '--no-progress',
+    )  # fmt: skip
+    assert code == 0, err
+    assert 'Wrote' in printed
+    page = out.read_text()
+    assert page.count('data:image/png;base64,') >= 2 * len(rd.FRAME_PATHS)
