@@ -17,8 +17,9 @@ two cameras, plus a 128x128 wrist camera), written by TFDS' own writer:
   (`decode_frames=()`, the frames never decoded). Steps/s, and convert's share of the limit.
 * `sampling`: two-step items of the encoded frames in one uniform table of an in-process
   Reverb server (as a learner beside its server, no gRPC), batches of 64, decoded frames
-  delivered. Alternated rounds (the order flips each round), each side from building its
-  pipeline to its last batch (set-up counted), in this process: `LearnerDataset` (frames
+  delivered. Alternated rounds (the order flips each round), each side timed from building
+  its pipeline to its last batch (set-up counted) and from its 10th batch on (steady), in
+  this process: `LearnerDataset` (frames
   decoded after sampling, its defaults), TF-Agents' `ReverbReplayBuffer.as_dataset` on the
   same table followed by the same decode (`core.frames.decode_fields`) in a parallel map,
   and the decode limit (the same frames decoded alone from memory, a parallel map). Samples/s,
@@ -226,12 +227,22 @@ def _sampling_sides(server: reverb.Server, signature, frames: dict[str, np.ndarr
     return {_LIMIT: limit, _OURS: ours, _TF_AGENTS: tf_agents}, 2 * cameras
 
 
-def _time_batches(make, batches: int) -> tuple[float, float]:
-    """(seconds, CPU seconds of this process) from building the pipeline to `batches`."""
+_WARMUP_BATCHES = 10
+_WHOLE, _STEADY = 'set-up counted', f'steady (after {_WARMUP_BATCHES} batches)'
+
+
+def _time_batches(make, batches: int) -> dict[str, tuple[float, float, int]]:
+    """{window: (seconds, CPU seconds of this process, samples)}: from building the pipeline
+    to `batches`, and from its `_WARMUP_BATCHES`-th batch to the end."""
     started, cpu = time.perf_counter(), time.process_time()
-    for _ in make().take(batches):
-        pass
-    return time.perf_counter() - started, time.process_time() - cpu
+    for index, _ in enumerate(make().take(batches)):
+        if index + 1 == _WARMUP_BATCHES:
+            warm, warm_cpu = time.perf_counter(), time.process_time()
+    ended, ended_cpu = time.perf_counter(), time.process_time()
+    return {
+        _WHOLE: (ended - started, ended_cpu - cpu, batches * _SAMPLE_BATCH),
+        _STEADY: (ended - warm, ended_cpu - warm_cpu, (batches - _WARMUP_BATCHES) * _SAMPLE_BATCH),
+    }
 
 
 def measure_sampling(directory, layout, frames, rounds: int, batches: int) -> None:
@@ -249,39 +260,45 @@ def measure_sampling(directory, layout, frames, rounds: int, batches: int) -> No
             f'{time.perf_counter() - started:.1f} s',
             flush=True,
         )
-        sides, frames_per_sample = _sampling_sides(server, signature, frames, layout)
-        samples = batches * _SAMPLE_BATCH
-        rates: dict[str, list[float]] = {name: [] for name in sides}
-        cpu: dict[str, list[float]] = {name: [] for name in sides}
+        sides, per_sample = _sampling_sides(server, signature, frames, layout)
+        found: dict = {w: {n: ([], []) for n in sides} for w in (_WHOLE, _STEADY)}
         for index in range(rounds):
             order = list(sides) if index % 2 == 0 else list(reversed(sides))
             print(f'  round {index + 1} (load {_load_average()})', flush=True)
             for name in order:
-                seconds, cpu_seconds = _time_batches(sides[name], batches)
-                rates[name].append(samples / seconds)
-                cpu[name].append(cpu_seconds / samples * 1e6)
-                print(
-                    f'    {name}: {samples / seconds:,.0f} samples/s = '
-                    f'{samples * frames_per_sample / seconds:,.0f} frames/s '
-                    f'({seconds:.1f} s, {cpu[name][-1]:,.0f} µs CPU a sample)',
-                    flush=True,
-                )
+                for window, (seconds, cpu_seconds, samples) in _time_batches(
+                    sides[name], max(batches, _WARMUP_BATCHES + 1)
+                ).items():
+                    found[window][name][0].append(samples / seconds)
+                    found[window][name][1].append(cpu_seconds / samples * 1e6)
+                    print(
+                        f'    {name}, {window}: {samples / seconds:,.0f} samples/s = '
+                        f'{samples * per_sample / seconds:,.0f} frames/s '
+                        f'({seconds:.1f} s, {cpu_seconds / samples * 1e6:,.0f} µs CPU a sample)',
+                        flush=True,
+                    )
     finally:
         server.stop()
-    _show_sampling(rates, cpu, frames_per_sample)
+    for window, by_side in found.items():
+        print(f'  {window}:')
+        _show_sampling(
+            {n: r for n, (r, _) in by_side.items()},
+            {n: c for n, (_, c) in by_side.items()},
+            per_sample,
+        )
 
 
 def _show_sampling(rates: dict, cpu: dict, frames_per_sample: int) -> None:
     for name, values in rates.items():
         median = statistics.median(values)
         print(
-            f'  {name}: median {median:,.0f} samples/s = {median * frames_per_sample:,.0f} '
+            f'    {name}: median {median:,.0f} samples/s = {median * frames_per_sample:,.0f} '
             f'decoded frames/s ({", ".join(f"{v:,.0f}" for v in values)}); '
             f'{statistics.median(cpu[name]):,.0f} µs CPU a sample'
         )
     for other in (_TF_AGENTS, _LIMIT):
         shares = [o / t for o, t in zip(rates[_OURS], rates[other], strict=True)]
-        print(f'  ours / {other}, round by round: {", ".join(f"{x:.2f}" for x in shares)}')
+        print(f'    ours / {other}, round by round: {", ".join(f"{x:.2f}" for x in shares)}')
 
 
 # --- decode methods --------------------------------------------------------------------------
