@@ -87,7 +87,7 @@ def make_feature(spec: Any) -> tfds.features.FeatureConnector:
         )
     fmt = frames.FrameFormat.parse(getattr(spec, 'name', None))
     if fmt is not None and as_numpy_dtype(spec.dtype) is np.object_ and _rank(spec) == 0:
-        return tfds.features.Image(shape=fmt.shape, encoding_format=fmt.codec)  # type: ignore[arg-type]
+        return tfds.features.Image(shape=fmt.shape, encoding_format=fmt.codec)
     return tfds.features.Tensor(shape=tuple(spec.shape), dtype=as_numpy_dtype(spec.dtype))
 
 
