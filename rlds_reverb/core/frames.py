@@ -340,7 +340,7 @@ def decode_frames(
         no `frame_fn` makes them equal.
 
     Example:
-      >>> frames, present = decode_frames(encoded_images, jpeg_format)
+      >>> frames, present = decode_frames(steps['observation']['image'], jpeg_format)
     """
     import tensorflow as tf
 
