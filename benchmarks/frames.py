@@ -15,13 +15,23 @@ two cameras, plus a 128x128 wrist camera), written by TFDS' own writer:
   decoded in convert, the default), each from building its pipeline to its last batch;
   also the convert of `load(dir)` (TFDS decodes in the reader), and of the bytes
   (`decode_frames=()`, the frames never decoded). Steps/s, and convert's share of the limit.
+* `sampling`: two-step items of the encoded frames in one uniform table of an in-process
+  Reverb server (as a learner beside its server, no gRPC), batches of 64, decoded frames
+  delivered. Alternated rounds (the order flips each round), each side timed from building
+  its pipeline to its last batch (set-up counted) and from its 10th batch on (steady), in
+  this process: `LearnerDataset` (frames
+  decoded after sampling, its defaults), TF-Agents' `ReverbReplayBuffer.as_dataset` on the
+  same table followed by the same decode (`core.frames.decode_fields`) in a parallel map,
+  and the decode limit (the same frames decoded alone from memory, a parallel map). Samples/s,
+  decoded frames/s, CPU per sample, and the shares (ours / TF-Agents, ours / the limit).
 * `methods`: decoding `[256]` frames inside one `tf.data` map: `core.frames.decode_frames`
   (a parallel map nested in the graph), `tf.map_fn`, and a parallel map over single frames
   (`unbatch`, decode, `batch`), frames/s.
 
 Every part prints the machine's load average before and after (2 shared cores: other
 work moves the figures). Run: `.venv/bin/python -m benchmarks.frames [--data-dir DIR]
-[--layouts ...] [--steps N] [--rounds N] [--parts memory convert methods]`.
+[--layouts ...] [--steps N] [--rounds N] [--parts memory convert sampling methods]
+[--sampling-batches N]`.
 """
 
 from __future__ import annotations
@@ -34,7 +44,9 @@ import tempfile
 import time
 
 import numpy as np
+import reverb
 import tensorflow as tf
+from tf_agents.replay_buffers import reverb_replay_buffer
 
 import rlds_reverb
 from benchmarks import image_data
@@ -161,6 +173,134 @@ def measure_convert(directory, layout, frames: dict[str, np.ndarray], rounds: in
     print(f'  convert / limit, round by round: {", ".join(f"{x:.0%}" for x in per_round)}')
 
 
+# --- sampling --------------------------------------------------------------------------------
+
+_SAMPLE_BATCH = 64
+_LIMIT = 'limit: decode alone (in memory)'
+_OURS = 'ours: LearnerDataset, frames decoded'
+_TF_AGENTS = 'TF-Agents ReverbReplayBuffer.as_dataset + decode'
+
+
+def _per_step(signature):
+    return tf.nest.map_structure(lambda s: tf.TensorSpec(s.shape[1:], s.dtype), signature)
+
+
+def _sampling_sides(server: reverb.Server, signature, frames: dict[str, np.ndarray], layout):
+    """{side: (make_dataset, frames per element's sample)} over the same table."""
+    address = f'localhost:{server.port}'
+    formats = frames_lib.find_spec_formats(signature)
+    encoded_spec = _per_step(signature)
+    decoded_spec = _per_step(frames_lib.decode_spec(signature, formats))
+    cameras = len(layout.cameras)
+
+    def ours():
+        learner = rlds_reverb.LearnerDataset(
+            address, 'replay', data_spec=decoded_spec, batch_size=_SAMPLE_BATCH
+        )
+        return learner.as_dataset()
+
+    def tf_agents():
+        buffer = reverb_replay_buffer.ReverbReplayBuffer(
+            encoded_spec, 'replay', sequence_length=2, local_server=server
+        )
+        samples = buffer.as_dataset(sample_batch_size=_SAMPLE_BATCH, num_steps=2)
+        return samples.map(
+            lambda data, info: (frames_lib.decode_fields(data, formats), info),
+            num_parallel_calls=tf.data.AUTOTUNE,
+        ).prefetch(tf.data.AUTOTUNE)
+
+    tensors = {name: tf.constant(values) for name, values in frames.items()}  # Untimed.
+
+    def limit():
+        def _decode(step):
+            return {
+                name: tf.ensure_shape(
+                    tf.image.decode_image(step[name], channels=3, dtype=tf.uint8), shape
+                )
+                for name, shape in layout.cameras.items()
+            }
+
+        steps = tf.data.Dataset.from_tensor_slices(tensors).repeat()
+        decoded = steps.map(_decode, num_parallel_calls=tf.data.AUTOTUNE)
+        return decoded.batch(2 * _SAMPLE_BATCH).prefetch(tf.data.AUTOTUNE)  # 2 frames a sample.
+
+    return {_LIMIT: limit, _OURS: ours, _TF_AGENTS: tf_agents}, 2 * cameras
+
+
+_WARMUP_BATCHES = 10
+_WHOLE, _STEADY = 'set-up counted', f'steady (after {_WARMUP_BATCHES} batches)'
+
+
+def _time_batches(make, batches: int) -> dict[str, tuple[float, float, int]]:
+    """{window: (seconds, CPU seconds of this process, samples)}: from building the pipeline
+    to `batches`, and from its `_WARMUP_BATCHES`-th batch to the end."""
+    started, cpu = time.perf_counter(), time.process_time()
+    for index, _ in enumerate(make().take(batches)):
+        if index + 1 == _WARMUP_BATCHES:
+            warm, warm_cpu = time.perf_counter(), time.process_time()
+    ended, ended_cpu = time.perf_counter(), time.process_time()
+    return {
+        _WHOLE: (ended - started, ended_cpu - cpu, batches * _SAMPLE_BATCH),
+        _STEADY: (ended - warm, ended_cpu - warm_cpu, (batches - _WARMUP_BATCHES) * _SAMPLE_BATCH),
+    }
+
+
+def measure_sampling(directory, layout, frames, rounds: int, batches: int) -> None:
+    episodes = rlds_reverb.load(directory, encoded_frames='all')
+    signature = tables.signature_for(items.TwoStep(), episodes)
+    server = reverb.Server(
+        [tables.uniform('replay', max_size=image_data.MAX_ITEMS, signature=signature)], port=None
+    )
+    try:
+        address = f'localhost:{server.port}'
+        started = time.perf_counter()
+        pushed = rlds_reverb.push(episodes, address, 'replay', item=items.TwoStep())
+        print(
+            f'  table: {pushed.items["replay"]:,} two-step items of encoded frames, pushed in '
+            f'{time.perf_counter() - started:.1f} s',
+            flush=True,
+        )
+        sides, per_sample = _sampling_sides(server, signature, frames, layout)
+        found: dict = {w: {n: ([], []) for n in sides} for w in (_WHOLE, _STEADY)}
+        for index in range(rounds):
+            order = list(sides) if index % 2 == 0 else list(reversed(sides))
+            print(f'  round {index + 1} (load {_load_average()})', flush=True)
+            for name in order:
+                for window, (seconds, cpu_seconds, samples) in _time_batches(
+                    sides[name], max(batches, _WARMUP_BATCHES + 1)
+                ).items():
+                    found[window][name][0].append(samples / seconds)
+                    found[window][name][1].append(cpu_seconds / samples * 1e6)
+                    print(
+                        f'    {name}, {window}: {samples / seconds:,.0f} samples/s = '
+                        f'{samples * per_sample / seconds:,.0f} frames/s '
+                        f'({seconds:.1f} s, {cpu_seconds / samples * 1e6:,.0f} µs CPU a sample)',
+                        flush=True,
+                    )
+    finally:
+        server.stop()
+    for window, by_side in found.items():
+        print(f'  {window}:')
+        _show_sampling(
+            {n: r for n, (r, _) in by_side.items()},
+            {n: c for n, (_, c) in by_side.items()},
+            per_sample,
+        )
+
+
+def _show_sampling(rates: dict, cpu: dict, frames_per_sample: int) -> None:
+    for name, values in rates.items():
+        median = statistics.median(values)
+        print(
+            f'    {name}: median {median:,.0f} samples/s = {median * frames_per_sample:,.0f} '
+            f'decoded frames/s ({", ".join(f"{v:,.0f}" for v in values)}); '
+            f'{statistics.median(cpu[name]):,.0f} µs CPU a sample'
+        )
+    for other in (_TF_AGENTS, _LIMIT):
+        shares = [o / t for o, t in zip(rates[_OURS], rates[other], strict=True)]
+        print(f'    ours / {other}, round by round: {", ".join(f"{x:.2f}" for x in shares)}')
+
+
 # --- decode methods --------------------------------------------------------------------------
 
 
@@ -196,7 +336,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument('--layouts', nargs='+', default=list(image_data.LAYOUTS))
     parser.add_argument('--steps', type=int, default=20_000)
     parser.add_argument('--rounds', type=int, default=3)
-    parser.add_argument('--parts', nargs='+', default=['memory', 'convert', 'methods'])
+    parser.add_argument('--parts', nargs='+', default=['memory', 'convert', 'sampling', 'methods'])
+    parser.add_argument('--sampling-batches', type=int, default=100)
     args = parser.parse_args(argv)
     for name in args.layouts:
         layout = image_data.LAYOUTS[name]._replace(steps=args.steps)
@@ -216,6 +357,9 @@ def main(argv: list[str] | None = None) -> None:
         if 'convert' in args.parts:
             print(f' convert (load {_load_average()})', flush=True)
             measure_convert(directory, layout, frames, args.rounds)
+        if 'sampling' in args.parts:
+            print(f' sampling (load {_load_average()})', flush=True)
+            measure_sampling(directory, layout, frames, args.rounds, args.sampling_batches)
         if 'methods' in args.parts and name == args.layouts[0]:
             print(f' decode methods (load {_load_average()})', flush=True)
             camera = next(iter(layout.cameras))

@@ -23,12 +23,11 @@ from typing import Any
 
 import numpy as np
 import tensorflow as tf
-import tree
 
 from rlds_reverb.check import statistics as statistics_lib
-from rlds_reverb.check import stats, summary, validation
+from rlds_reverb.check import summary, validation
 from rlds_reverb.check.histogram import StreamingHistogram
-from rlds_reverb.check.statistics_fields import plan_fields, reduce_episode
+from rlds_reverb.check.report_fields import EpisodeFields, flatten_fields
 from rlds_reverb.check.summary import DatasetStats
 from rlds_reverb.check.validation import ValidationReport
 from rlds_reverb.core import checks, specs, types
@@ -46,9 +45,6 @@ __all__ = [
 MAX_CATEGORIES = 32
 # How many distinct values of a string field are counted before counting stops.
 MAX_DISTINCT_COUNTED = 10_000
-# Image fields: uint8 steps of shape [H, W, C] with one of these channel counts.
-_IMAGE_CHANNELS = (1, 3, 4)
-_SEPARATOR = '.'
 # The statistics a report shows: every numeric step field, q01 and q99.
 _STATISTICS = statistics_lib.StatisticsOptions()
 
@@ -153,103 +149,6 @@ class DatasetReport:
     statistics: statistics_lib.DatasetStatistics | None = None
 
 
-def _join(path: tuple) -> str:
-    return _SEPARATOR.join(map(str, path))
-
-
-def _flatten(nest: Any) -> dict[str, Any]:
-    return {_join(path): leaf for path, leaf in tree.flatten_with_path(nest)}
-
-
-def _is_image(spec: tf.TensorSpec) -> bool:
-    shape = spec.shape
-    return spec.dtype == tf.uint8 and shape.rank == 3 and shape[-1] in _IMAGE_CHANNELS
-
-
-def _reduce_numeric(values: tf.Tensor) -> dict[str, tf.Tensor]:
-    """Min, max and sum (NaN left out), NaN count and size of one field's values, in float64.
-
-    Integers keep their dtype for the minimum and maximum, and small ones are summed per
-    step in float32 (exact below 2**24 per step): an image episode is never copied whole
-    into float64 (eight times its size).
-    """
-    if values.dtype == tf.bool:
-        values = tf.cast(values, tf.uint8)
-    size = tf.size(values, out_type=tf.int64)
-    inf = tf.constant(np.inf, tf.float64)
-    if values.dtype.is_integer:
-        small = values.dtype.size <= 2
-        per_step = tf.reduce_sum(
-            tf.reshape(
-                tf.cast(values, tf.float32 if small else tf.float64), [tf.shape(values)[0], -1]
-            ),
-            axis=1,
-        )
-        return {
-            # An empty tensor's min and max are the dtype's limits: +-inf, as for floats.
-            'min': tf.where(size > 0, tf.cast(tf.reduce_min(values), tf.float64), inf),
-            'max': tf.where(size > 0, tf.cast(tf.reduce_max(values), tf.float64), -inf),
-            'sum': tf.reduce_sum(tf.cast(per_step, tf.float64)),
-            'nan': tf.constant(0, tf.int64),
-            'size': size,
-        }
-    nan = tf.math.is_nan(values)
-    kept = tf.where(nan, tf.zeros_like(values), values)
-    return {
-        'min': tf.cast(
-            tf.reduce_min(tf.where(nan, tf.cast(inf, values.dtype), values)), tf.float64
-        ),
-        'max': tf.cast(
-            tf.reduce_max(tf.where(nan, tf.cast(-inf, values.dtype), values)), tf.float64
-        ),
-        'sum': tf.reduce_sum(tf.cast(kept, tf.float64)),
-        'nan': tf.reduce_sum(tf.cast(nan, tf.int64)),
-        'size': size,
-    }
-
-
-def _first_and_last(values: tf.Tensor) -> tf.Tensor:
-    """Steps 0 and T - 1 (`[2, ...]`; `[0, ...]` for an empty episode)."""
-    return tf.concat([values[:1], values[-1:]], axis=0)
-
-
-def _distinct_strings(values: tf.Tensor) -> tf.Tensor:
-    return tf.unique(tf.reshape(values, [-1])).y
-
-
-class _Fields:
-    """Which step fields get which reductions, from the step spec."""
-
-    def __init__(self, step_spec: dict):
-        self.specs = _flatten(step_spec)
-        self.strings = [n for n, s in self.specs.items() if s.dtype == tf.string]
-        self.numeric = [n for n in self.specs if n not in self.strings]
-        self.images = [n for n, s in self.specs.items() if _is_image(s)]
-        self.actions = [
-            n
-            for n in _flatten({types.ACTION: step_spec[types.ACTION]})
-            # Histograms need a fixed number of dimensions.
-            if self.specs[n].dtype != tf.string and self.specs[n].shape.is_fully_defined()
-        ]
-        self.statistics_plans = plan_fields(step_spec, None)[0]
-
-    def summarize(self, episode: dict) -> dict[str, Any]:
-        """Reduces one episode (whole `[T, ...]` step tensors) to what the report needs."""
-        steps = episode[types.STEPS]
-        flat = _flatten(steps)
-        length = episodes_lib.episode_length(steps)
-        return {
-            'info': stats.summarize_episode(steps),
-            'validation': validation.summarize_episode(steps),
-            'numeric': {n: _reduce_numeric(flat[n]) for n in self.numeric},
-            'actions': {n: tf.reshape(flat[n], [length, -1]) for n in self.actions},
-            'frames': {n: _first_and_last(flat[n]) for n in self.images},
-            'strings': {n: _distinct_strings(flat[n]) for n in self.strings},
-            'metadata': {k: v for k, v in episode.items() if k != types.STEPS},
-            'statistics': reduce_episode(steps, self.statistics_plans),
-        }
-
-
 class _FieldTotals:
     """Running totals of one field: numeric reductions, or distinct strings and samples."""
 
@@ -260,7 +159,7 @@ class _FieldTotals:
         self._seen: set[bytes] = set()
 
     def add_reduced(self, reduced: Mapping[str, np.ndarray | float]) -> None:
-        """Adds one episode's `_reduce_numeric` output."""
+        """Adds one episode's `report_fields.reduce_numeric` output."""
         found = self.summary
         found.count += int(reduced['size'])
         found.nan_count += int(reduced['nan'])
@@ -352,7 +251,7 @@ class _ActionTotals:
 
 
 def _iterate_summaries(
-    episodes: tf.data.Dataset, fields: _Fields
+    episodes: tf.data.Dataset, fields: EpisodeFields
 ) -> Iterator[tuple[int, dict[str, Any] | validation.UnreadableEpisode]]:
     per_episode = episodes_lib.to_whole_episodes(episodes).map(
         episodes_lib.without_autograph(fields.summarize),
@@ -381,12 +280,14 @@ class _ReportTotals:
         self, episodes: tf.data.Dataset, step_spec: dict, *, frame_episodes: int, samples: int
     ):
         self.checker = validation.EpisodeChecker(step_spec)
-        self.fields = _Fields(step_spec)
+        self.fields = EpisodeFields(step_spec, episodes_lib.find_frame_formats(episodes))
         self.step_spec = step_spec
         self.frame_episodes = frame_episodes
-        self.step_totals = _make_field_totals(self.fields.specs, samples)
+        # An encoded frame field is summarized as the frames it decodes to (no figures).
+        decoded = {n: tf.TensorSpec(f.shape, tf.uint8) for n, f in self.fields.encoded.items()}
+        self.step_totals = _make_field_totals({**self.fields.specs, **decoded}, samples)
         metadata = {k: v for k, v in episodes.element_spec.items() if k != types.STEPS}
-        self.metadata_totals = _make_field_totals(_flatten(metadata), samples)
+        self.metadata_totals = _make_field_totals(flatten_fields(metadata), samples)
         self.actions = {n: _ActionTotals(n, self.fields.specs[n]) for n in self.fields.actions}
         self.statistics = statistics_lib.start_totals(step_spec, _STATISTICS)
         self.validation = ValidationReport()
@@ -414,7 +315,7 @@ class _ReportTotals:
             self.step_totals[name].add_reduced(reduced)
         for name, distinct in found['strings'].items():
             self.step_totals[name].add_strings(distinct)
-        for name, values in _flatten(found['metadata']).items():
+        for name, values in flatten_fields(found['metadata']).items():
             self.metadata_totals[name].add_values(values)
         for name, values in found['actions'].items():
             self.actions[name].add(values)

@@ -60,6 +60,15 @@ def add_report_parser(subparsers) -> argparse.ArgumentParser:
     parser.add_argument(
         '--out', default=DEFAULT_OUT, help=f'the HTML file to write (default {DEFAULT_OUT})'
     )
+    parser.add_argument(
+        '--encoded-frames',
+        dest='encoded_frames',
+        action='append',
+        default=[],
+        metavar='PATH',
+        help='a frame field read as its encoded bytes (repeat, or all): the report decodes '
+        'only the first and last frames it shows, not every frame',
+    )
     parser.add_argument('--no-progress', action='store_true', help='hide the progress bar')
     parser.set_defaults(handler=_run_report)
     return parser

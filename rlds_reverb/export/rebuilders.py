@@ -109,7 +109,9 @@ class PartialItem:
 
 
 def _drop_time(spec: Any) -> tf.TensorSpec:
-    return tf.TensorSpec(spec.shape[1:], spec.dtype)
+    # The name is kept: it records an encoded frame field's format (`core.frames`), which
+    # the export writes back as a TFDS `Image` of that format.
+    return tf.TensorSpec(spec.shape[1:], spec.dtype, name=getattr(spec, 'name', None))
 
 
 def _flatten_time(x: np.ndarray) -> np.ndarray:

@@ -16,9 +16,11 @@ from typing import Any, TypeVar
 
 import tensorflow as tf
 
-from rlds_reverb.core import checks, timeouts, types
+from rlds_reverb.core import checks, frames, timeouts, types
 from rlds_reverb.learn import plan, priorities
 from rlds_reverb.learn.staleness import StalenessFilter
+from rlds_reverb.transform import frames as frame_transforms
+from rlds_reverb.transform.image_ops import CropMode, Size
 
 __all__ = [
     'DEFAULT_SERVER_INFO_TIMEOUT_MS',
@@ -68,6 +70,17 @@ class SamplingOptions:
         stops the learner's iterators (`LearnerDataset.stop`), so that the interrupt
         reaches the program within about a second even while a rate limiter holds
         samples back (`rlds_reverb.learn.stopping`).
+      decode_frames: For tables holding encoded frames (pushed from `load(...,
+        encoded_frames=...)`; their signatures name the fields): `'all'` (default: every
+        such field decoded after sampling, uint8 `[H, W, C]` per step, as a push of
+        decoded frames delivers them), or the `/` paths of those to decode; None or `()`
+        delivers the bytes (`rlds_reverb.learn.decoding`).
+      frame_sizes: `{path: (height, width)}`: decoded frames resized, per camera.
+      frame_crops: `{path: (height, width)}`: decoded (and resized) frames cropped.
+      frame_crop_mode: `CropMode` or its value: 'center' (default) or 'random'.
+      frame_seed: Seeds random crops (with each batch's position), >= 0.
+      frame_masks: Whether each decoded field gets a bool `<field>_present` beside it
+        (false where the step stored no frame: an empty string, decoded as zeros).
 
     Raises:
       ValueError: Naming the first invalid option and what is expected.
@@ -90,6 +103,12 @@ class SamplingOptions:
     rate_limiter_timeout_ms: int = -1
     server_info_timeout_ms: int = DEFAULT_SERVER_INFO_TIMEOUT_MS
     stop_on_interrupt: bool = True
+    decode_frames: frames.FrameSelection | None = frames.ALL
+    frame_sizes: Mapping[str, Size] | None = None
+    frame_crops: Mapping[str, Size] | None = None
+    frame_crop_mode: CropMode | str = CropMode.CENTER
+    frame_seed: int = 0
+    frame_masks: bool = False
 
     def __post_init__(self) -> None:
         priorities.check_beta(self.beta)
@@ -121,6 +140,36 @@ class SamplingOptions:
                 f'staleness={self.staleness!r} is not valid; expected a StalenessFilter.'
             )
         checks.check_bool(self.stop_on_interrupt, argument='stop_on_interrupt')
+        self._check_frame_options()
+
+    def _check_frame_options(self) -> None:
+        """Checks the frame options by building the transforms they configure."""
+        selection = self.decode_frames
+        if selection is not None and selection != frames.ALL:
+            if isinstance(selection, str) or not all(isinstance(p, str) for p in selection):
+                raise ValueError(
+                    f"decode_frames={selection!r} is not valid; expected 'all', None or a "
+                    "sequence of frame field paths such as ['observation/image']."
+                )
+            object.__setattr__(self, 'decode_frames', tuple(p.strip('/') for p in selection))
+        mode = types.as_enum(CropMode, self.frame_crop_mode, argument='frame_crop_mode')
+        object.__setattr__(self, 'frame_crop_mode', mode)
+        checks.check_int_at_least(self.frame_seed, 0, argument='frame_seed')
+        builds: dict[str, Callable[[Any], Any]] = {
+            'frame_sizes': frame_transforms.resize_frames,
+            'frame_crops': frame_transforms.crop_frames,
+        }
+        for name, build in builds.items():
+            try:  # The transforms check their sizes when built.
+                build(getattr(self, name) or {})
+            except (TypeError, ValueError) as e:
+                raise type(e)(f'{name}: {e}') from e
+        for name in ('frame_sizes', 'frame_crops'):
+            given = getattr(self, name)
+            object.__setattr__(
+                self, name, {p.strip('/'): tuple(size) for p, size in (given or {}).items()}
+            )
+        checks.check_bool(self.frame_masks, argument='frame_masks')
 
 
 _Options = TypeVar('_Options')

@@ -51,8 +51,8 @@ import tensorflow as tf
 from rlds_reverb.core import types
 from rlds_reverb.core.episodes import without_autograph
 from rlds_reverb.core.errors import EmptyTableError
+from rlds_reverb.learn import decoding, priorities, stopping, streams
 from rlds_reverb.learn import plan as plan_lib
-from rlds_reverb.learn import priorities, stopping, streams
 from rlds_reverb.learn.options import ExperienceFn, SamplingOptions, merge_overrides
 from rlds_reverb.learn.plan import (
     DEFAULT_ITERATORS_PER_STREAM,
@@ -62,6 +62,7 @@ from rlds_reverb.learn.plan import (
 )
 from rlds_reverb.learn.staleness import StalenessFilter
 from rlds_reverb.serve import table_info
+from rlds_reverb.transform.image_ops import CropMode
 
 __all__ = [
     'DEFAULT_ITERATORS_PER_STREAM',
@@ -126,7 +127,10 @@ class LearnerDataset:
     The table (or each table of the mix) may be spread over several servers: one logical
     table, sampled from every server in fixed per-batch proportions (see the module
     docstring for importance weights, staleness, timeouts and stopping, and
-    `rlds_reverb.learn.plan` for mixing and servers).
+    `rlds_reverb.learn.plan` for mixing and servers). A table holding encoded frames
+    (its signature names them) is sampled as bytes and its frames decoded after sampling,
+    in parallel, resized and cropped per camera (`rlds_reverb.learn.decoding`);
+    `item_spec` is what Reverb gives, `delivered_item_spec` what a batch delivers per item.
 
     Args:
       server_address: The Reverb server, `'host:port'`, or a list of servers that each
@@ -149,7 +153,10 @@ class LearnerDataset:
       TableError: If a table does not exist on a server (the message lists those that do),
         or more than one worker or iterator is asked for on a FIFO table.
       SpecMismatchError: If a table's signature differs from the expected items; the
-        message shows the difference leaf by leaf.
+        message shows the difference leaf by leaf. Also if `data_spec` gives a decoded
+        frame field another shape than the learner delivers.
+      FrameFieldError: If `decode_frames`, `frame_sizes` or `frame_crops` names a field
+        the table does not hold encoded frames in (or one not decoded).
 
     Example:
       >>> learner = LearnerDataset(['host1:8000', 'host2:8000'], 'replay',
@@ -177,12 +184,12 @@ class LearnerDataset:
                 1, sizes=[0] * len(self.server_addresses), ratios=self.options.server_ratios
             )
         self.batch_size = self.options.batch_size
-        self.item_spec = _make_item_spec(data_spec, self.options.sequence_length)
         # Per server: {table: TableInfo}, every table checked against the items.
         self.server_table_info = [
             self._fetch_table_info(a, all_counts) for a in self.server_addresses
         ]
         self.table_info = self.server_table_info[0]
+        self._plan_items(_make_item_spec(data_spec, self.options.sequence_length))
         self.plan = plan_lib.make_sampling_plan(
             all_counts,
             self.server_table_info,
@@ -191,6 +198,7 @@ class LearnerDataset:
             num_workers_per_iterator=self.options.num_workers_per_iterator,
             max_in_flight_samples_per_worker=self.options.max_in_flight_samples_per_worker,
             rate_limiter_timeout_ms=self.options.rate_limiter_timeout_ms,
+            item_spec=self.item_spec,
         )
         self.tables = self.plan.tables
         self.counts = self.plan.counts
@@ -200,15 +208,36 @@ class LearnerDataset:
         self._stop = stopping.StopSignal()
 
     def _fetch_table_info(self, address: str, counts: Mapping[str, int]) -> dict[str, Any]:
-        """Returns a server's `{table: TableInfo}`, each table checked against the items."""
-        infos = table_info.fetch_tables_info(
+        """Returns a server's `{table: TableInfo}`."""
+        return table_info.fetch_tables_info(
             table_info.connect(address),
             list(counts),
             timeout_ms=self.options.server_info_timeout_ms,
         )
-        for info in infos.values():
-            table_info.check_signature(info, self.item_spec, found="the learner's items")
-        return infos
+
+    def _plan_items(self, requested: types.SpecNest) -> None:
+        """Sets the items asked of Reverb (`item_spec`: encoded frames as bytes), how their
+        frames are decoded, and what a batch delivers; checks every table against them."""
+        signatures = [i.signature for s in self.server_table_info for i in s.values()]
+        options = self.options
+        self.item_spec, self.frame_decoding = decoding.plan_frame_decoding(
+            requested,
+            next((s for s in signatures if s is not None), None),
+            decode_frames=options.decode_frames,
+            sizes=options.frame_sizes or {},
+            crops=options.frame_crops or {},
+            crop_mode=CropMode(options.frame_crop_mode),
+            seed=options.frame_seed,
+            masks=options.frame_masks,
+        )
+        for infos in self.server_table_info:
+            for info in infos.values():
+                table_info.check_signature(info, self.item_spec, found="the learner's items")
+        self.delivered_item_spec = (
+            self.item_spec
+            if self.frame_decoding is None
+            else self.frame_decoding.make_delivered_spec(self.item_spec, self.batch_size)
+        )
 
     @property
     def sources(self) -> list[plan_lib.Source]:
@@ -333,11 +362,14 @@ class LearnerDataset:
             stopping.watch_interrupts(self._stop)
         parts = tuple(self.make_source_dataset(i) for i in range(len(self.plan.sources)))
         if len(parts) == 1:
-            batches = parts[0].map(without_autograph(self.make_batch))
+            samples = parts[0]
         else:
-            batches = tf.data.Dataset.zip(parts).map(
-                without_autograph(lambda *samples: self.make_batch(streams.concat_samples(samples)))
+            samples = tf.data.Dataset.zip(parts).map(
+                without_autograph(lambda *parts: streams.concat_samples(parts))
             )
+        if self.frame_decoding is not None:  # Every frame of a batch in parallel, in order.
+            samples = self.frame_decoding.apply(samples)
+        batches = samples.map(without_autograph(self.make_batch))
         return batches.prefetch(self.options.prefetch_batches)
 
     def __iter__(self) -> Iterator[SampleBatch]:

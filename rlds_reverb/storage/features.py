@@ -3,7 +3,11 @@
 A TF-Agents trajectory's policy info becomes step fields (`split_policy_info`), each spec
 a `tfds.features.Tensor` of its shape and dtype (`make_feature`), and the step and
 episode features an RLDS `FeaturesDict` (`make_rlds_features`). Strings (`tf.string`)
-are stored as TFDS object tensors, read back as `tf.string`.
+are stored as TFDS object tensors, read back as `tf.string`; a string spec named by a
+frame format (`frame.jpeg.256x320x3`, an encoded frame field of a Reverb table:
+`core.frames`) is stored as a TFDS `Image` of that codec and shape, its bytes written
+unchanged (TFDS stores an `Image`'s bytes as given), so TFDS reads it back as the same
+image and `load(..., encoded_frames=...)` as the same bytes.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 import tree
 
-from rlds_reverb.core import types
+from rlds_reverb.core import frames, types
 
 __all__ = [
     'as_numpy_dtype',
@@ -65,7 +69,8 @@ def make_feature(spec: Any) -> tfds.features.FeatureConnector:
         or a mapping of them.
 
     Returns:
-      A `tfds.features.Tensor` of the spec's shape and dtype, or a `FeaturesDict`.
+      A `tfds.features.Tensor` of the spec's shape and dtype, a `tfds.features.Image` for
+      a scalar string spec named by a frame format, or a `FeaturesDict`.
 
     Raises:
       ValueError: If the spec is (or holds) a tuple or list: TFDS stores dicts of tensors.
@@ -80,7 +85,15 @@ def make_feature(spec: Any) -> tfds.features.FeatureConnector:
             f'Cannot store a tuple or list field ({spec}) in a TFDS dataset; use dicts of '
             'tensors.'
         )
+    fmt = frames.FrameFormat.parse(getattr(spec, 'name', None))
+    if fmt is not None and as_numpy_dtype(spec.dtype) is np.object_ and _rank(spec) == 0:
+        return tfds.features.Image(shape=fmt.shape, encoding_format=fmt.codec)
     return tfds.features.Tensor(shape=tuple(spec.shape), dtype=as_numpy_dtype(spec.dtype))
+
+
+def _rank(spec: Any) -> int | None:
+    shape = spec.shape
+    return shape.rank if isinstance(shape, tf.TensorShape) else len(shape)
 
 
 def make_rlds_features(

@@ -117,3 +117,45 @@ def test_each_option_is_checked_once_where_it_is_defined(field, value, match):
 def test_reverbs_own_worker_count_is_accepted():
     assert SamplingOptions(batch_size=4, num_workers_per_iterator=-1).num_workers_per_iterator == -1
     assert SamplingOptions(batch_size=4, server_ratios=[1, 2]).server_ratios == (1, 2)
+
+
+def _signed(info, spec):
+    info.signature = spec
+    return info
+
+
+FRAMES = tf.TensorSpec([2, 256, 320, 3], tf.uint8)  # A two-step item of decoded frames.
+
+
+def test_items_of_decoded_frames_get_one_iterator_and_a_bounded_flight():
+    """Items >= 64 KiB: one iterator per stream (no concat copy) and at most 64 MiB in
+    flight per iterator; vectors, and encoded frames (strings), keep the defaults."""
+    item_bytes = plan.estimate_item_bytes({'image': FRAMES, 'state': tf.TensorSpec([2, 8])})
+    assert item_bytes == 2 * 256 * 320 * 3 + 2 * 8 * 4
+    made = _plan({'a': 64}, [{'a': _signed(_info('a', 100), {'image': FRAMES})}])
+    assert made.iterator_counts == [[64]]
+    assert made.max_in_flight == 34  # 64 MiB // (491,520 B x 4 workers), above 64 // 4 + 1.
+    assert made.max_in_flight * made.num_workers[0] * item_bytes <= 64 * 2**20 + 4 * item_bytes
+    for small in (
+        tf.TensorSpec([2, 8]),
+        tf.TensorSpec([2], tf.string, name='frame.jpeg.256x320x3'),
+    ):
+        made = _plan({'a': 64}, [{'a': _signed(_info('a', 100), {'x': small})}])
+        assert (made.iterator_counts, made.max_in_flight) == ([[32, 32]], 256)
+
+
+def test_large_items_are_sized_from_the_item_spec_without_a_signature_and_knobs_win():
+    infos = [{'a': _signed(_info('a', 100), None)}]
+    made = _plan({'a': 64}, infos, item_spec={'image': FRAMES})
+    assert (made.iterator_counts, made.max_in_flight) == ([[64]], 34)
+    made = _plan(
+        {'a': 64},
+        infos,
+        item_spec={'image': FRAMES},
+        iterators_per_stream=2,
+        max_in_flight_samples_per_worker=256,
+    )
+    assert (made.iterator_counts, made.max_in_flight) == ([[32, 32]], 256)
+    # A batch larger than the byte budget still gets more than one batch's worth per worker.
+    made = _plan({'a': 1024}, infos, item_spec={'image': FRAMES})
+    assert made.max_in_flight == 1024 // 4 + 1
