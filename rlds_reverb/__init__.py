@@ -5,7 +5,8 @@ The verbs, in the order data flows:
     load            open an RLDS dataset (a TFDS directory or name, envlogger, LeRobot,
                     Minari, D4RL, `tf.data`) as whole-episode tensors, through a registry
                     of readers; camera frames kept encoded on request
-                    (`list_frame_fields`, `frames`)
+                    (`list_frame_fields`, `frames`); shuffled within a memory budget
+                    in bytes (`shuffle_within_budget`)
     validate        check every rule on every episode; name each problem
     statistics      per-field, per-dimension statistics (`compute_statistics`,
                     `ensure_statistics`: saved beside the dataset) and `normalize` with them
@@ -91,6 +92,9 @@ _EXPORTS = {
     'list_frame_fields': 'rlds_reverb.read.loading:list_frame_fields',
     'load': 'rlds_reverb.read.loading:load',
     'register_reader': 'rlds_reverb.read.loading:register_reader',
+    'ShuffleStats': 'rlds_reverb.read.shuffle:ShuffleStats',
+    'ShuffleUnit': 'rlds_reverb.read.shuffle:ShuffleUnit',
+    'shuffle_within_budget': 'rlds_reverb.read.shuffle:shuffle_within_budget',
     'read_lerobot_metadata': 'rlds_reverb.read.lerobot:read_lerobot_metadata',
     'write_report': 'rlds_reverb.check.report_html:write_report',
     'DatasetStatistics': 'rlds_reverb.check.statistics:DatasetStatistics',
@@ -157,6 +161,8 @@ __all__ = [
     'SampleBatch',
     'SamplingOptions',
     'ServerStatus',
+    'ShuffleStats',
+    'ShuffleUnit',
     'SourceError',
     'SourceNotFoundError',
     'SpecMismatchError',
@@ -190,6 +196,7 @@ __all__ = [
     'save_as_lerobot',
     'save_as_rlds',
     'seed_server',
+    'shuffle_within_budget',
     'tables',
     'unnormalize',
     'validate',
@@ -235,8 +242,8 @@ if TYPE_CHECKING:
     from rlds_reverb.distribute.statistics import (
         compute_statistics_with_beam as compute_statistics_with_beam,
     )
-    from rlds_reverb.export.options import ExportOptions as ExportOptions
     from rlds_reverb.export.lerobot import save_as_lerobot as save_as_lerobot
+    from rlds_reverb.export.options import ExportOptions as ExportOptions
     from rlds_reverb.export.recorder import RldsRecorder as RldsRecorder
     from rlds_reverb.export.reverb_export import export_table as export_table
     from rlds_reverb.export.rlds_copy import save_as_rlds as save_as_rlds
@@ -245,11 +252,14 @@ if TYPE_CHECKING:
     from rlds_reverb.learn.options import SamplingOptions as SamplingOptions
     from rlds_reverb.learn.sampling import LearnerDataset as LearnerDataset
     from rlds_reverb.learn.sampling import SampleBatch as SampleBatch
-    from rlds_reverb.read.loading import list_frame_fields as list_frame_fields
     from rlds_reverb.read.lerobot import read_lerobot_metadata as read_lerobot_metadata
+    from rlds_reverb.read.loading import list_frame_fields as list_frame_fields
     from rlds_reverb.read.loading import load as load
     from rlds_reverb.read.loading import register_reader as register_reader
     from rlds_reverb.read.options import LoadOptions as LoadOptions
+    from rlds_reverb.read.shuffle import ShuffleStats as ShuffleStats
+    from rlds_reverb.read.shuffle import ShuffleUnit as ShuffleUnit
+    from rlds_reverb.read.shuffle import shuffle_within_budget as shuffle_within_budget
     from rlds_reverb.serve import checkpoints as checkpoints
     from rlds_reverb.serve import tables as tables
     from rlds_reverb.serve.status import ServerStatus as ServerStatus

@@ -372,7 +372,7 @@ def shuffle_within_budget(
     if source is None:
         raise SourceError(
             'shuffle_within_budget reads record ranges from random places in TFRecord shards, '
-            "so it needs what rlds_reverb.load read from a TFDS directory (its default read: "
+            'so it needs what rlds_reverb.load read from a TFDS directory (its default read: '
             'no read_config, no shuffle_files), or a take/skip/shard of it; got a '
             f'{type(episodes).__name__} that is not. Shuffle it with tf.data instead.'
         )

@@ -44,7 +44,9 @@ def _step_keys(steps: tf.data.Dataset) -> list[tuple[int, int]]:
     keys = []
     for batch in steps.batch(1024).as_numpy_iterator():
         state = batch[types.OBSERVATION][rd.STATE]
-        keys.extend(zip(state[:, 0].astype(int).tolist(), state[:, 1].astype(int).tolist()))
+        keys.extend(
+            zip(state[:, 0].astype(int).tolist(), state[:, 1].astype(int).tolist(), strict=False)
+        )
     return keys
 
 
