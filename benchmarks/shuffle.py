@@ -64,7 +64,8 @@ def _measure_step_bytes(directory: pathlib.Path, count: int = 500) -> float:
     """Returns the mean bytes of a step, as the shuffle measures them, over `count` steps."""
     sizes = []
     for step in _keyed_steps(directory).take(count).as_numpy_iterator():
-        leaves = [v for k, v in tf.nest.flatten_with_joined_string_paths(step) if k != _KEY]
+        step.pop(_KEY)
+        leaves = tf.nest.flatten(step)
         sizes.append(
             sum(sys.getsizeof(x) if isinstance(x, bytes) else np.asarray(x).nbytes for x in leaves)
         )
