@@ -12,13 +12,14 @@ memory is its own):
   fit in `B` bytes (B over the mean bytes of a step, measured as the shuffle measures:
   arrays' bytes and each string object's size).
 
-Each prints steps/s (from building the pipeline to the last step), the process's peak
+Steps are consumed in batches of 256. Each side prints steps/s (from building the pipeline
+to the last step; the median of `--rounds` processes), the process's peak
 resident memory (`resource.getrusage(RUSAGE_SELF).ru_maxrss`, the kernel's high-water mark)
 and its growth over the `read` side, and Spearman's rank correlation between the place a
 step is given and its place in `load`'s order (1: the disk's order; about 0: shuffled).
 
 Run: `.venv/bin/python -m benchmarks.shuffle [--data-dir DIR] [--steps N]
-[--budget-mib M ...] [--sides read ours tf_data]`.
+[--budget-mib M ...] [--sides read ours tf_data] [--rounds N]`.
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ import json
 import os
 import pathlib
 import resource
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -45,6 +47,7 @@ from rlds_reverb.read import shuffle
 _LAYOUT = 'fractal_like'
 _STEP_BITS = 32
 _KEY = 'benchmark_key'
+_BATCH = 256
 
 
 def _keyed_steps(directory: pathlib.Path) -> tf.data.Dataset:
@@ -85,7 +88,7 @@ def run_side(directory: pathlib.Path, side: str, budget_bytes: int, seed: int) -
             unit=rlds_reverb.ShuffleUnit.STEPS,
             stats=stats,
         )
-        count = sum(1 for _ in steps)
+        count = sum(int(tf.shape(b[types.IS_FIRST])[0]) for b in steps.batch(_BATCH))
         keys = stats.source_keys
     else:
         steps = _keyed_steps(directory)
@@ -94,8 +97,8 @@ def run_side(directory: pathlib.Path, side: str, budget_bytes: int, seed: int) -
             buffer_steps = max(int(budget_bytes // _measure_step_bytes(directory)), 1)
             steps = steps.shuffle(buffer_steps, seed=seed)
         keys = []
-        for step in steps:
-            keys.append(int(step[_KEY]))
+        for batch in steps.batch(_BATCH):
+            keys.extend(batch[_KEY].numpy().tolist())
         count = len(keys)
         stats.ranges = buffer_steps  # For tf_data: its buffer, in steps.
     seconds = time.perf_counter() - started
@@ -117,6 +120,18 @@ def _run_child(directory: pathlib.Path, side: str, budget_bytes: int, seed: int)
     ]  # fmt: skip
     out = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def _run_rounds(directory: pathlib.Path, side: str, budget_bytes: int, args) -> dict:
+    """Returns one side's figures over `args.rounds` processes: the median steps/s, the
+    highest peak RSS (the others are the same run to run)."""
+    results = [_run_child(directory, side, budget_bytes, args.seed) for _ in range(args.rounds)]
+    median = statistics.median(r['steps_per_s'] for r in results)
+    return {
+        **results[0],
+        'steps_per_s': median,
+        'peak_rss_bytes': max(r['peak_rss_bytes'] for r in results),
+    }
 
 
 def _print(result: dict, floor: dict | None) -> None:
@@ -143,6 +158,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument('--budget-mib', type=int, nargs='+', default=[32, 128])
     parser.add_argument('--sides', nargs='+', default=['read', 'ours', 'tf_data'])
     parser.add_argument('--seed', type=int, default=0)
+    parser.add_argument('--rounds', type=int, default=3)
     parser.add_argument('--child', help=argparse.SUPPRESS)
     parser.add_argument('--directory', help=argparse.SUPPRESS)
     parser.add_argument('--budget-bytes', type=int, help=argparse.SUPPRESS)
@@ -158,13 +174,13 @@ def main(argv: list[str] | None = None) -> None:
     print(f'{_LAYOUT}: {args.steps:,} steps, frames encoded, load {os.getloadavg()}', flush=True)
     floor = None
     if 'read' in args.sides:
-        read = _run_child(directory, 'read', 0, args.seed)
+        read = _run_rounds(directory, 'read', 0, args)
         floor = read['peak_rss_bytes']
         _print(read, None)
     for budget_mib in args.budget_mib:
         print(f' budget {budget_mib} MiB', flush=True)
         for side in [s for s in args.sides if s != 'read']:
-            _print(_run_child(directory, side, budget_mib * 2**20, args.seed), floor)
+            _print(_run_rounds(directory, side, budget_mib * 2**20, args), floor)
     print(f'load {os.getloadavg()}', flush=True)
 
 
