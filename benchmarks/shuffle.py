@@ -10,7 +10,7 @@ memory is its own):
 * `ours`: `shuffle_within_budget(..., memory_budget_bytes=B, unit=ShuffleUnit.STEPS)`;
 * `tf_data`: `tf.data.Dataset.shuffle(n)` over the flattened steps, with `n` the steps that
   fit in `B` bytes (B over the mean bytes of a step, measured as the shuffle measures:
-  arrays' bytes and each string object's size).
+  arrays' objects and data, each string object's size).
 
 Steps are consumed in batches of 256. Each side prints steps/s (from building the pipeline
 to the last step; the median of `--rounds` processes), the process's peak
@@ -69,8 +69,10 @@ def _measure_step_bytes(directory: pathlib.Path, count: int = 500) -> float:
     for step in _keyed_steps(directory).take(count).as_numpy_iterator():
         step.pop(_KEY)
         leaves = tf.nest.flatten(step)
+        header = sys.getsizeof(np.empty(0))
         sizes.append(
-            sum(sys.getsizeof(x) if isinstance(x, bytes) else np.asarray(x).nbytes for x in leaves)
+            sys.getsizeof(leaves)
+            + sum(sys.getsizeof(x) if isinstance(x, bytes) else header + x.nbytes for x in leaves)
         )
     return float(np.mean(sizes))
 
