@@ -10,6 +10,8 @@ The verbs, in the order data flows:
     validate        check every rule on every episode; name each problem
     statistics      per-field, per-dimension statistics (`compute_statistics`,
                     `ensure_statistics`: saved beside the dataset) and `normalize` with them
+    mix_datasets    several datasets brought to one spec (`FieldMapping`) and mixed by
+                    weight with exact proportions, seeded and resumable
     adders          (the top-level `adders` package) n-step, GAE, sequences and frame
                     stacking as `tf.data` transforms
     push            write episodes into Reverb tables as items (`items`, `tables`,
@@ -108,6 +110,12 @@ _EXPORTS = {
     'Normalizer': 'rlds_reverb.transform.normalize:Normalizer',
     'normalize': 'rlds_reverb.transform.normalize:normalize',
     'unnormalize': 'rlds_reverb.transform.normalize:unnormalize',
+    'FieldMapping': 'rlds_reverb.transform.field_mapping:FieldMapping',
+    'Mixture': 'rlds_reverb.transform.mixture:Mixture',
+    'MixtureEnd': 'rlds_reverb.transform.mixture:MixtureEnd',
+    'MixtureLevel': 'rlds_reverb.transform.mixture:MixtureLevel',
+    'SizeWeighting': 'rlds_reverb.transform.mixture:SizeWeighting',
+    'mix_datasets': 'rlds_reverb.transform.mixture:mix_datasets',
     'PushOptions': 'rlds_reverb.write.options:PushOptions',
     'PushStats': 'rlds_reverb.write.push:PushStats',
     'push': 'rlds_reverb.write.push:push',
@@ -139,6 +147,7 @@ __all__ = [
     'EpisodeTooLongError',
     'ExportError',
     'ExportOptions',
+    'FieldMapping',
     'FieldNormalization',
     'FrameFieldError',
     'FrameFormat',
@@ -148,6 +157,9 @@ __all__ = [
     'LearnerDataset',
     'LoadOptions',
     'MinariFormatError',
+    'Mixture',
+    'MixtureEnd',
+    'MixtureLevel',
     'NormalizationMode',
     'Normalizer',
     'PushError',
@@ -163,6 +175,7 @@ __all__ = [
     'ServerStatus',
     'ShuffleStats',
     'ShuffleUnit',
+    'SizeWeighting',
     'SourceError',
     'SourceNotFoundError',
     'SpecMismatchError',
@@ -184,6 +197,7 @@ __all__ = [
     'items',
     'list_frame_fields',
     'load',
+    'mix_datasets',
     'normalize',
     'observers',
     'priorities',
@@ -269,6 +283,12 @@ if TYPE_CHECKING:
     from rlds_reverb.transform.convert import (
         convert_rlds_to_trajectories as convert_rlds_to_trajectories,
     )
+    from rlds_reverb.transform.field_mapping import FieldMapping as FieldMapping
+    from rlds_reverb.transform.mixture import Mixture as Mixture
+    from rlds_reverb.transform.mixture import MixtureEnd as MixtureEnd
+    from rlds_reverb.transform.mixture import MixtureLevel as MixtureLevel
+    from rlds_reverb.transform.mixture import SizeWeighting as SizeWeighting
+    from rlds_reverb.transform.mixture import mix_datasets as mix_datasets
     from rlds_reverb.transform.normalize import FieldNormalization as FieldNormalization
     from rlds_reverb.transform.normalize import NormalizationMode as NormalizationMode
     from rlds_reverb.transform.normalize import Normalizer as Normalizer

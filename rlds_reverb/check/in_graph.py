@@ -26,7 +26,8 @@ from rlds_reverb.check.validation import (
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import types
 
-# Used by the converters (transform/convert.py) only: nothing here is public API.
+# Used by the converters (transform/convert.py) and mixtures (transform/mixture.py) only:
+# nothing here is public API.
 __all__: list[str] = []
 
 

@@ -340,7 +340,8 @@ def decode_frames(
         no `frame_fn` makes them equal.
 
     Example:
-      >>> frames, present = decode_frames(steps['observation']['image'], jpeg_format)
+      >>> encoded = steps['observation'].get('image')  # [T] tf.string
+      >>> frames, present = decode_frames(encoded, jpeg_format)
     """
     import tensorflow as tf
 

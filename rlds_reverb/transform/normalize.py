@@ -327,11 +327,14 @@ def _make_transform(normalizer: Normalizer, *, forward: bool) -> Callable:
         if not _is_rlds(dataset):
             return dataset.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
         source = episodes_lib.find_source(dataset)
+        # Frame fields are strings, never normalized: their formats still hold.
+        formats = episodes_lib.find_frame_formats(dataset)
         if source is not None:  # Selections still reach the source's fast readers.
-            return episodes_lib.from_source(sources.MappedSource(source, fn))
+            return episodes_lib.from_source(sources.MappedSource(source, fn), frame_formats=formats)
         whole = episodes_lib.to_whole_episodes(dataset)
         return episodes_lib.from_whole_episodes(
-            whole.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+            whole.map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True),
+            frame_formats=formats,
         )
 
     return _transform

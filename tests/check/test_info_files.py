@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from rlds_reverb.check import stats, summary
 from rlds_reverb.core import types
-from rlds_reverb.read.loading import load
+from rlds_reverb.read.loading import list_frame_fields, load
 from rlds_reverb.storage import codec
 from tests import builders
 
@@ -27,6 +27,9 @@ def _assert_same(directory, split='train'):
     from_files = summary.describe_dataset_files(directory, split=split)
     assert from_files is not None
     through_tf = stats.describe_dataset(load(directory, split=split))
+    # The command line adds the frame fields to what `load` gives (cli/data_commands.py).
+    formats = list_frame_fields(directory)
+    through_tf.frame_fields = {path: fmt.describe() for path, fmt in formats.items()}
     for name in ('episodes', 'steps', 'terminated', 'truncated', 'unfinished'):
         assert getattr(from_files, name) == getattr(through_tf, name), name
     np.testing.assert_array_equal(np.sort(from_files.lengths), np.sort(through_tf.lengths))

@@ -134,6 +134,14 @@ def test_rlds_episodes_of_users_data_match_numpy_and_stay_episode_datasets(
     assert isinstance(normalized.skip(3).take(2), episodes_lib.EpisodeDataset)
 
 
+def test_frames_kept_encoded_keep_their_formats(users_dir, users_statistics):
+    episodes = rlds_reverb.load(users_dir, encoded_frames='all')
+    normalized = episodes.apply(normalize(users_statistics, {'observation/state': 'mean_std'}))
+    assert normalized.frame_formats == episodes.frame_formats != {}
+    back = normalized.apply(unnormalize(users_statistics, {'observation/state': 'mean_std'}))
+    assert back.frame_formats == episodes.frame_formats
+
+
 def test_a_plain_rlds_dataset_and_episode_tensors(users_statistics):
     rng = np.random.default_rng(0)
     steps = [

@@ -215,3 +215,20 @@ def normalize_with_statistics(directory: str) -> float:
         directory, pipeline_options=['--runner=DirectRunner']
     )
     return q99 + float(with_beam.steps)
+
+
+def mix_two_datasets(bridge: str, kitchen: str) -> dict[str, int]:
+    """Mixes two datasets by weight, one brought to the other's spec; counts the draws."""
+    mapping = rlds_reverb.FieldMapping(rename={'observation/proprio': 'observation/state'})
+    mixture: rlds_reverb.Mixture = rlds_reverb.mix_datasets(
+        {'bridge': rlds_reverb.load(bridge), 'kitchen': kitchen},
+        weights={'bridge': 0.7, 'kitchen': 0.3},
+        seed=0,
+        level=rlds_reverb.MixtureLevel.STEP,
+        mappings={'kitchen': mapping},
+        weight_by_size=rlds_reverb.SizeWeighting.EPISODES,
+        on_end=rlds_reverb.MixtureEnd.STOP,
+    )
+    wrong: str = mixture.count_choices(10)  # type: ignore[assignment]
+    del wrong
+    return mixture.count_choices(100_000)
