@@ -2,9 +2,9 @@
 `shuffle` at the same memory, on an image layout written by TFDS' own writer.
 
 On `benchmarks/image_data.py`'s fractal-like layout (one 256x320 JPEG camera, 20,000 steps
-by default), frames kept encoded (`load(dir, encoded_frames='all')`), every step is read
-once by each side, each side in a fresh process of its own (so that its peak resident
-memory is its own):
+by default), frames kept encoded (`load(dir, encoded_frames='all')`; `--decoded`: decoded
+by `load`), every step is read once by each side, each side in a fresh process of its own
+(so that its peak resident memory is its own):
 
 * `read`: the steps in `load`'s order, no shuffle (the floor of memory and time);
 * `ours`: `shuffle_within_budget(..., memory_budget_bytes=B, unit=ShuffleUnit.STEPS)`;
@@ -19,7 +19,7 @@ and its growth over the `read` side, and Spearman's rank correlation between the
 step is given and its place in `load`'s order (1: the disk's order; about 0: shuffled).
 
 Run: `.venv/bin/python -m benchmarks.shuffle [--data-dir DIR] [--steps N]
-[--budget-mib M ...] [--sides read ours tf_data] [--rounds N]`.
+[--budget-mib M ...] [--sides read ours tf_data] [--rounds N] [--decoded]`.
 """
 
 from __future__ import annotations
@@ -50,9 +50,9 @@ _KEY = 'benchmark_key'
 _BATCH = 256
 
 
-def _keyed_steps(directory: pathlib.Path) -> tf.data.Dataset:
+def _keyed_steps(directory: pathlib.Path, encoded: str | None) -> tf.data.Dataset:
     """Returns the steps in `load`'s order, each with its key (episode << 32 | index)."""
-    episodes = episodes_lib.to_whole_episodes(rlds_reverb.load(directory, encoded_frames='all'))
+    episodes = episodes_lib.to_whole_episodes(rlds_reverb.load(directory, encoded_frames=encoded))
 
     def _steps(position: tf.Tensor, episode: dict) -> tf.data.Dataset:
         steps = episode[types.STEPS]
@@ -63,10 +63,10 @@ def _keyed_steps(directory: pathlib.Path) -> tf.data.Dataset:
     return episodes.enumerate().flat_map(_steps)
 
 
-def _measure_step_bytes(directory: pathlib.Path, count: int = 500) -> float:
+def _measure_step_bytes(directory: pathlib.Path, encoded: str | None, count: int = 200) -> float:
     """Returns the mean bytes of a step, as the shuffle measures them, over `count` steps."""
     sizes = []
-    for step in _keyed_steps(directory).take(count).as_numpy_iterator():
+    for step in _keyed_steps(directory, encoded).take(count).as_numpy_iterator():
         step.pop(_KEY)
         leaves = tf.nest.flatten(step)
         header = sys.getsizeof(np.empty(0))
@@ -77,12 +77,14 @@ def _measure_step_bytes(directory: pathlib.Path, count: int = 500) -> float:
     return float(np.mean(sizes))
 
 
-def run_side(directory: pathlib.Path, side: str, budget_bytes: int, seed: int) -> dict:
+def run_side(
+    directory: pathlib.Path, side: str, budget_bytes: int, seed: int, encoded: str | None
+) -> dict:
     """Reads every step once on one side; returns its figures."""
     started = time.perf_counter()
     stats = shuffle.ShuffleStats()
     if side == 'ours':
-        episodes = rlds_reverb.load(directory, encoded_frames='all')
+        episodes = rlds_reverb.load(directory, encoded_frames=encoded)
         steps = rlds_reverb.shuffle_within_budget(
             episodes,
             memory_budget_bytes=budget_bytes,
@@ -93,10 +95,10 @@ def run_side(directory: pathlib.Path, side: str, budget_bytes: int, seed: int) -
         count = sum(int(tf.shape(b[types.IS_FIRST])[0]) for b in steps.batch(_BATCH))
         keys = stats.source_keys
     else:
-        steps = _keyed_steps(directory)
+        steps = _keyed_steps(directory, encoded)
         buffer_steps = 0
         if side == 'tf_data':
-            buffer_steps = max(int(budget_bytes // _measure_step_bytes(directory)), 1)
+            buffer_steps = max(int(budget_bytes // _measure_step_bytes(directory, encoded)), 1)
             steps = steps.shuffle(buffer_steps, seed=seed)
         keys = []
         for batch in steps.batch(_BATCH):
@@ -115,10 +117,11 @@ def run_side(directory: pathlib.Path, side: str, budget_bytes: int, seed: int) -
     }
 
 
-def _run_child(directory: pathlib.Path, side: str, budget_bytes: int, seed: int) -> dict:
+def _run_child(directory: pathlib.Path, side: str, budget_bytes: int, args) -> dict:
     command = [
         sys.executable, '-m', 'benchmarks.shuffle', '--child', side, '--directory',
-        str(directory), '--budget-bytes', str(budget_bytes), '--seed', str(seed),
+        str(directory), '--budget-bytes', str(budget_bytes), '--seed', str(args.seed),
+        *(['--decoded'] if args.decoded else []),
     ]  # fmt: skip
     out = subprocess.run(command, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -127,7 +130,7 @@ def _run_child(directory: pathlib.Path, side: str, budget_bytes: int, seed: int)
 def _run_rounds(directory: pathlib.Path, side: str, budget_bytes: int, args) -> dict:
     """Returns one side's figures over `args.rounds` processes: the median steps/s, the
     highest peak RSS (the others are the same run to run)."""
-    results = [_run_child(directory, side, budget_bytes, args.seed) for _ in range(args.rounds)]
+    results = [_run_child(directory, side, budget_bytes, args) for _ in range(args.rounds)]
     median = statistics.median(r['steps_per_s'] for r in results)
     return {
         **results[0],
@@ -161,19 +164,24 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument('--sides', nargs='+', default=['read', 'ours', 'tf_data'])
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--rounds', type=int, default=3)
+    parser.add_argument('--decoded', action='store_true', help='frames decoded by load')
     parser.add_argument('--child', help=argparse.SUPPRESS)
     parser.add_argument('--directory', help=argparse.SUPPRESS)
     parser.add_argument('--budget-bytes', type=int, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
-        result = run_side(pathlib.Path(args.directory), args.child, args.budget_bytes, args.seed)
+        encoded = None if args.decoded else 'all'
+        result = run_side(
+            pathlib.Path(args.directory), args.child, args.budget_bytes, args.seed, encoded
+        )
         print(json.dumps(result), flush=True)
         return
     layout = image_data.LAYOUTS[_LAYOUT]._replace(steps=args.steps)
     directory = image_data.write_dataset(
         pathlib.Path(args.data_dir), f'{_LAYOUT}_{args.steps}', layout
     )
-    print(f'{_LAYOUT}: {args.steps:,} steps, frames encoded, load {os.getloadavg()}', flush=True)
+    frames = 'decoded' if args.decoded else 'encoded'
+    print(f'{_LAYOUT}: {args.steps:,} steps, frames {frames}, load {os.getloadavg()}', flush=True)
     floor = None
     if 'read' in args.sides:
         read = _run_rounds(directory, 'read', 0, args)

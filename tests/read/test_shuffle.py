@@ -17,7 +17,7 @@ import tensorflow as tf
 
 import rlds_reverb
 from rlds_reverb.core import episodes as episodes_lib
-from rlds_reverb.core import errors, types
+from rlds_reverb.core import errors, sources, types
 from rlds_reverb.read import shuffle
 from rlds_reverb.read.shuffle import ShuffleStats, ShuffleUnit, shuffle_within_budget
 from tests import robot_data as rd
@@ -196,3 +196,26 @@ def test_rank_correlation_of_known_orders():
     assert shuffle.measure_rank_correlation([5]) == 0.0
     keys = np.random.default_rng(0).permutation(10_000)
     assert abs(shuffle.measure_rank_correlation(keys)) < 0.05
+
+
+def test_maps_over_the_source_are_applied_to_the_shuffled_episodes(robot_dir):
+    # What `normalize` returns: the records' source under a MappedSource.
+    loaded = rlds_reverb.load(robot_dir, encoded_frames='all').take(40)
+
+    def _add_one(episode: dict) -> dict:
+        steps = episode[types.STEPS]
+        return {**episode, types.STEPS: {**steps, types.REWARD: steps[types.REWARD] + 1.0}}
+
+    mapped = episodes_lib.from_source(
+        sources.MappedSource(loaded.source, _add_one), frame_formats=loaded.frame_formats
+    )
+    shuffled = shuffle_within_budget(mapped, memory_budget_bytes=2_000_000, seed=0)
+    rewards = {
+        int(e[rd.METADATA][rd.EPISODE_ID]): e[types.STEPS][types.REWARD]
+        for e in episodes_lib.to_whole_episodes(shuffled).as_numpy_iterator()
+    }
+    for e in episodes_lib.to_whole_episodes(loaded).as_numpy_iterator():
+        np.testing.assert_array_equal(
+            rewards.pop(int(e[rd.METADATA][rd.EPISODE_ID])), e[types.STEPS][types.REWARD] + 1.0
+        )
+    assert not rewards
