@@ -106,13 +106,12 @@ def test_every_frame_is_what_both_lerobot_backends_return(fixture):
     name, episodes = fixture
     ref = reference(name)
     backends = ['image'] if name.startswith('image') else ['torchcodec', 'pyav']
+    item = json.loads((FIXTURES / 'reference' / f'{name}.json').read_text())['backends']
+    item = item[backends[0]]['item']  # What LeRobot's items held: cameras as float CHW.
     for camera in CAMERAS:
         frames = concat(episodes, 'observation', 'images', camera)
-        assert (
-            frames.dtype == np.uint8
-            and frames.shape[1:]
-            == ref[f'frames/{backends[0]}/observation.images.{camera}'].shape[1:]
-        )
+        channels, height, width = item[f'observation.images.{camera}']['shape']
+        assert frames.dtype == np.uint8 and frames.shape[1:] == (height, width, channels)
         for backend in backends:
             want = ref[f'sha256/{backend}/observation.images.{camera}']
             np.testing.assert_array_equal(sha256(frames), want, err_msg=f'{camera} {backend}')
