@@ -22,7 +22,8 @@ Timed, set-up included, frames/s (one frame = both cameras and every field):
 
 Every line carries the 1-minute load average before and after it: the machine is shared.
 
-Run: `.venv/bin/python -m benchmarks.lerobot [--frames N] [--dir DIR] [--lerobot-python PATH]`.
+Run: `.venv/bin/python -m benchmarks.lerobot [--frames N] [--shape H,W] [--dir DIR]
+[--worker-episodes N] [--lerobot-python PATH] [--lerobot-frames N]`.
 """
 
 from __future__ import annotations
@@ -56,13 +57,13 @@ _TASKS = ('pick up the red cube', 'open the drawer', 'wipe the table')
 
 
 @functools.lru_cache(maxsize=2)
-def _scene(camera: int) -> np.ndarray:
+def _scene(camera: int, shape: tuple[int, int, int] = _SHAPE) -> np.ndarray:
     """One camera's 200 frames: a gradient, a moving block, a scrolling texture with noise."""
     rng = np.random.default_rng(camera)
-    height, width, _ = _SHAPE
+    height, width, _ = shape
     t = np.arange(_LENGTH)[:, None, None]
     yy, xx = np.mgrid[0:height, 0:width]
-    frames = np.empty((_LENGTH, *_SHAPE), np.uint8)
+    frames = np.empty((_LENGTH, *shape), np.uint8)
     frames[..., 0] = (xx * 255 // width)[None]
     frames[..., 1] = ((yy * 200 // height)[None] + t) % 256
     frames[..., 2] = camera * 90
@@ -78,12 +79,12 @@ def _scene(camera: int) -> np.ndarray:
     return frames
 
 
-def _frames(episode: int, camera: int) -> np.ndarray:
+def _frames(episode: int, camera: int, shape: tuple[int, int, int] = _SHAPE) -> np.ndarray:
     """The camera's scene, its colours shifted per episode (cheap: one vectorized add)."""
-    return _scene(camera) + np.uint8(episode * 37 % 256)
+    return _scene(camera, shape) + np.uint8(episode * 37 % 256)
 
 
-def _episode(index: int) -> dict:
+def _episode(index: int, shape: tuple[int, int, int] = _SHAPE) -> dict:
     rng = np.random.default_rng(index)
     t = np.arange(_LENGTH)
     state = np.cumsum(rng.normal(scale=0.02, size=(_LENGTH, 7)), axis=0).astype(np.float32)
@@ -91,7 +92,7 @@ def _episode(index: int) -> dict:
     return {
         types.STEPS: {
             types.OBSERVATION: {
-                'images': {'front': _frames(index, 0), 'wrist': _frames(index, 1)},
+                'images': {'front': _frames(index, 0, shape), 'wrist': _frames(index, 1, shape)},
                 'state': state,
             },
             types.ACTION: state + np.float32(0.01),
@@ -105,15 +106,15 @@ def _episode(index: int) -> dict:
     }
 
 
-def source(episodes: int) -> tf.data.Dataset:
+def source(episodes: int, shape: tuple[int, int, int] = _SHAPE) -> tf.data.Dataset:
     """The benchmark's RLDS episodes, generated one at a time."""
-    first = _episode(0)
+    first = _episode(0, shape)
     signature = tf.nest.map_structure(
         lambda a: tf.TensorSpec([None, *a.shape[1:]], tf.string if a.dtype == object else a.dtype),
         first,
     )
     whole = tf.data.Dataset.from_generator(
-        lambda: (_episode(i) for i in range(episodes)), output_signature=signature
+        lambda: (_episode(i, shape) for i in range(episodes)), output_signature=signature
     )
     return episodes_lib.from_whole_episodes(whole)
 
@@ -205,24 +206,30 @@ def main() -> None:
     parser.add_argument('--dir', default=None, help='where to write (default: a temp dir)')
     parser.add_argument('--lerobot-python', default=None, help="LeRobot 0.6.1's venv python")
     parser.add_argument('--lerobot-frames', type=int, default=20_000)
+    parser.add_argument('--shape', default='256,320', help='camera height,width')
+    parser.add_argument(
+        '--worker-episodes', type=int, default=_WORKER_EPISODES, help='0: no workers lines'
+    )
     args = parser.parse_args()
+    shape = (*(int(d) for d in args.shape.split(',')), 3)
     episodes = max(1, args.frames // _LENGTH)
     frames = episodes * _LENGTH
     root = pathlib.Path(args.dir or tempfile.mkdtemp(prefix='lerobot-bench-'))
-    print(f'{episodes} episodes x {_LENGTH} frames, two {_SHAPE} cameras, in {root}; '
+    print(f'{episodes} episodes x {_LENGTH} frames, two {shape} cameras, in {root}; '
           f'{os.cpu_count()} CPUs', flush=True)  # fmt: skip
     try:
         _timed(
             'source (generator alone)',
             frames,
             lambda: sum(
-                1 for _ in episodes_lib.to_whole_episodes(source(episodes)).as_numpy_iterator()
+                1
+                for _ in episodes_lib.to_whole_episodes(source(episodes, shape)).as_numpy_iterator()
             ),
         )
         for mode in ('image', 'video'):
             stats = _timed(
                 f'write {mode}', frames,
-                lambda mode=mode: lerobot.save_as_lerobot(source(episodes), root / mode, fps=_FPS, cameras=mode),
+                lambda mode=mode: lerobot.save_as_lerobot(source(episodes, shape), root / mode, fps=_FPS, cameras=mode),
             )  # fmt: skip
             size = sum(p.stat().st_size for p in (root / mode).rglob('*') if p.is_file())
             print(
@@ -234,8 +241,10 @@ def main() -> None:
         _timed('parquet alone (image mode)', frames, lambda: _parquet_alone(root / 'image'))
         _timed('PNG decode alone', frames, lambda: _png_alone(root / 'image'))
         _timed('AV1 decode alone', frames, lambda: _av1_alone(root / 'video'))
-        part = min(episodes, _WORKER_EPISODES)
-        for workers in (1, 2):  # From the image-mode dataset, which each worker opens.
+        part = min(episodes, args.worker_episodes)
+        for workers in (
+            (1, 2) if part else ()
+        ):  # From the image-mode dataset, which each worker opens.
             _timed(
                 f'write image, {workers} worker(s)', part * _LENGTH,
                 lambda workers=workers: lerobot.save_as_lerobot(
@@ -243,7 +252,7 @@ def main() -> None:
                     split=f'train[:{part}]', frames_per_file=1000,
                 ),
             )  # fmt: skip
-        scene = _frames(0, 0)
+        scene = _frames(0, 0, shape)
         _timed(
             'PNG encode alone (2 cameras)',
             _LENGTH,
