@@ -340,7 +340,8 @@ def decode_frames(
         no `frame_fn` makes them equal.
 
     Example:
-      >>> frames, present = decode_frames(steps['observation']['image'], jpeg_format)
+      >>> images = steps['observation'].get('image')
+      >>> frames, present = decode_frames(images, jpeg_format)
     """
     import tensorflow as tf
 
