@@ -274,7 +274,7 @@ def open_lerobot(
       An `EpisodeDataset` whose `take`, `skip` and `shard` narrow the episodes read.
 
     Raises:
-      LeRobotFormatError: If the dataset is of format v2.x or older (the message says how
+      LeRobotFormatError: If the dataset is of format v2.x or v1.x (the message says how
         to upgrade it), or a metadata file is missing, malformed or disagrees with
         info.json or another file (the message names the file and the key or column).
       SourceError: If `split` names no split of the dataset or is not a valid slice.
@@ -301,7 +301,8 @@ class LeRobotReader:
     accepts = frozenset({'split', 'step_fields'})
 
     def recognizes(self, source: Any) -> bool:
-        """Returns whether `source` is a directory holding `meta/info.json`."""
+        """Returns whether `source` is a directory holding `meta/info.json` (or v1.x's
+        `meta_data/info.json`, which `open` refuses, saying how to upgrade it)."""
         return lerobot_meta.find_root(source) is not None
 
     def open(self, source: Any, options: LoadOptions) -> tf.data.Dataset:
