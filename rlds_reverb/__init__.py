@@ -235,8 +235,8 @@ if TYPE_CHECKING:
     from rlds_reverb.distribute.statistics import (
         compute_statistics_with_beam as compute_statistics_with_beam,
     )
-    from rlds_reverb.export.options import ExportOptions as ExportOptions
     from rlds_reverb.export.lerobot import save_as_lerobot as save_as_lerobot
+    from rlds_reverb.export.options import ExportOptions as ExportOptions
     from rlds_reverb.export.recorder import RldsRecorder as RldsRecorder
     from rlds_reverb.export.reverb_export import export_table as export_table
     from rlds_reverb.export.rlds_copy import save_as_rlds as save_as_rlds
@@ -245,8 +245,8 @@ if TYPE_CHECKING:
     from rlds_reverb.learn.options import SamplingOptions as SamplingOptions
     from rlds_reverb.learn.sampling import LearnerDataset as LearnerDataset
     from rlds_reverb.learn.sampling import SampleBatch as SampleBatch
-    from rlds_reverb.read.loading import list_frame_fields as list_frame_fields
     from rlds_reverb.read.lerobot import read_lerobot_metadata as read_lerobot_metadata
+    from rlds_reverb.read.loading import list_frame_fields as list_frame_fields
     from rlds_reverb.read.loading import load as load
     from rlds_reverb.read.loading import register_reader as register_reader
     from rlds_reverb.read.options import LoadOptions as LoadOptions
