@@ -13,8 +13,19 @@ two cameras, plus a 128x128 wrist camera), written by TFDS' own writer:
   into memory first, decoded alone with TFDS' op in a parallel map, batches of 256) and
   `convert_rlds_to_trajectories(load(dir, encoded_frames='all'), batch_size=256)` (frames
   decoded in convert, the default), each from building its pipeline to its last batch;
-  also the convert of `load(dir)` (TFDS decodes in the reader), and of the bytes
-  (`decode_frames=()`, the frames never decoded). Steps/s, and convert's share of the limit.
+  also the convert of `load(dir)` (TFDS decodes in the reader), of the bytes
+  (`decode_frames=()`, the frames never decoded), TF-Agents' own converter
+  (`rlds_to_reverb.convert_rlds_to_trajectories(ds).batch(256)` on TFDS' `as_dataset`) and
+  the raw record read (`tf.data.TFRecordDataset` over the shards, records counted as
+  episodes). Steps/s, and each side's share of the limit, round by round.
+* `push`: alternated rounds, each into a fresh server process (started untimed), timed
+  from opening the dataset to the last item confirmed: `rlds_reverb.push(load(dir,
+  encoded_frames='all'))` of two-step items (frames never decoded); the limit, the bare
+  Reverb writer loop (a `StructuredWriter` as our push's engine) writing the same two-step
+  items of the encoded rows held in memory; today's push of decoded frames
+  (`push(load(dir))`); and TF-Agents' `push_rlds_to_reverb` (its own test's observer,
+  the first `--anchor-push-steps` steps: it stores every frame twice, decoded). Steps/s,
+  the server's growth per stored step, and the load average beside every round.
 * `sampling`: two-step items of the encoded frames in one uniform table of an in-process
   Reverb server (as a learner beside its server, no gRPC), batches of 64, decoded frames
   delivered. Alternated rounds (the order flips each round), each side timed from building
@@ -30,8 +41,9 @@ two cameras, plus a 128x128 wrist camera), written by TFDS' own writer:
 
 Every part prints the machine's load average before and after (2 shared cores: other
 work moves the figures). Run: `.venv/bin/python -m benchmarks.frames [--data-dir DIR]
-[--layouts ...] [--steps N] [--rounds N] [--parts memory convert sampling methods]
-[--sampling-batches N]`.
+[--layouts ...] [--steps N] [--rounds N] [--parts memory convert push sampling methods]
+[--anchor-push-steps N] [--sampling-batches N]`. With `--data-dir D` the datasets are written once into
+`D/<layout>_<steps>/` and reused by later runs.
 """
 
 from __future__ import annotations
@@ -46,14 +58,18 @@ import time
 import numpy as np
 import reverb
 import tensorflow as tf
+import tensorflow_datasets as tfds
 from tf_agents.replay_buffers import reverb_replay_buffer
+from tf_agents.replay_buffers import rlds_to_reverb as tfa_rlds
+from tf_agents.specs import tensor_spec
 
 import rlds_reverb
-from benchmarks import image_data
+from benchmarks import disk, image_data, images
 from rlds_reverb import items, tables
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import frames as frames_lib
 from rlds_reverb.core import types
+from rlds_reverb.transform import plans as plans_lib
 
 _BATCH = 256
 _ITEMS = {'two-step': items.TwoStep(), 'n-step (3)': items.NStep(3, 0.99)}
@@ -134,10 +150,32 @@ def _decode_limit(frames: dict[str, np.ndarray], layout) -> tf.data.Dataset:
     return _make
 
 
+def _cpu_seconds() -> float:
+    """This process's CPU time (every thread: tf.data's and Reverb's work included)."""
+    times = os.times()
+    return times.user + times.system
+
+
+def _tf_agents_convert(directory) -> tf.data.Dataset:
+    data = tfds.builder_from_directory(os.fspath(directory)).as_dataset(split='train')
+    return tfa_rlds.convert_rlds_to_trajectories(data).batch(_BATCH)
+
+
+def _raw_read(directory, steps: int) -> tuple[int, float]:
+    """(steps, seconds) of reading every record (an episode each) of the shards."""
+    _, _, seconds = images.measure_raw_read(directory)
+    return steps, seconds
+
+
+_LIMIT = 'limit: decode alone (in memory)'
+_CONVERT = 'convert, encoded, frames decoded'
+
+
 def measure_convert(directory, layout, frames: dict[str, np.ndarray], rounds: int) -> None:
+    steps = len(next(iter(frames.values())))
     sides = {
-        'limit: decode alone (in memory)': _decode_limit(frames, layout),
-        'convert, encoded, frames decoded': lambda: rlds_reverb.convert_rlds_to_trajectories(
+        _LIMIT: _decode_limit(frames, layout),
+        _CONVERT: lambda: rlds_reverb.convert_rlds_to_trajectories(
             rlds_reverb.load(directory, encoded_frames='all'), batch_size=_BATCH
         ),
         'convert of load(dir) (TFDS decodes)': lambda: rlds_reverb.convert_rlds_to_trajectories(
@@ -146,31 +184,127 @@ def measure_convert(directory, layout, frames: dict[str, np.ndarray], rounds: in
         'convert, encoded, bytes (no decode)': lambda: rlds_reverb.convert_rlds_to_trajectories(
             rlds_reverb.load(directory, encoded_frames='all'), batch_size=_BATCH, decode_frames=()
         ),
+        "TF-Agents' convert(ds).batch(256)": lambda: _tf_agents_convert(directory),
     }
-    rates: dict[str, list[float]] = {name: [] for name in sides}
+    runs = {name: (lambda make=make: _count(make)) for name, make in sides.items()}
+    runs['raw record read (TFRecordDataset)'] = lambda: _raw_read(directory, steps)
+    rates: dict[str, list[float]] = {name: [] for name in runs}
+    cpu_us: dict[str, list[float]] = {name: [] for name in runs}  # CPU time per step.
     for index in range(rounds):
-        order = list(sides) if index % 2 == 0 else list(reversed(sides))
+        order = list(runs) if index % 2 == 0 else list(reversed(runs))
         print(f'  round {index + 1} (load {_load_average()})', flush=True)
         for name in order:
-            steps, seconds = _count(sides[name])
-            rates[name].append(steps / seconds)
-            print(f'    {name}: {steps / seconds:,.0f} steps/s ({seconds:.1f} s)', flush=True)
-    limit = statistics.median(rates['limit: decode alone (in memory)'])
+            cpu_start = _cpu_seconds()
+            count, seconds = runs[name]()
+            cpu_us[name].append((_cpu_seconds() - cpu_start) / count * 1e6)
+            rates[name].append(count / seconds)
+            print(
+                f'    {name}: {count / seconds:,.0f} steps/s ({count:,} in {seconds:.1f} s; '
+                f'{cpu_us[name][-1]:,.0f} µs CPU a step; load {_load_average()})',
+                flush=True,
+            )
+    limit_cpu = statistics.median(cpu_us[_LIMIT])
+    for name, values in cpu_us.items():
+        median = statistics.median(values)
+        print(
+            f'  {name}: median {median:,.0f} µs of CPU a step '
+            f'({", ".join(f"{v:,.0f}" for v in values)}); the limit\'s CPU a step is '
+            f'{limit_cpu / median:.0%} of it'
+        )
+    limit = statistics.median(rates[_LIMIT])
+    anchor = statistics.median(rates["TF-Agents' convert(ds).batch(256)"])
     for name, values in rates.items():
         median = statistics.median(values)
         shares = ', '.join(f'{v:,.0f}' for v in values)
+        per_round = ', '.join(f'{v / w:.0%}' for v, w in zip(values, rates[_LIMIT], strict=True))
         print(
-            f'  {name}: median {median:,.0f} steps/s ({shares}); {median / limit:.0%} of the limit'
+            f'  {name}: median {median:,.0f} steps/s ({shares}); {median / limit:.0%} of the '
+            f'limit (round by round {per_round}); {median / anchor:.2f}x TF-Agents'
         )
-    per_round = [
-        c / d
-        for c, d in zip(
-            rates['convert, encoded, frames decoded'],
-            rates['limit: decode alone (in memory)'],
-            strict=False,
-        )
+
+
+# --- push ------------------------------------------------------------------------------------
+
+
+def _push_encoded(directory, signature, steps: int) -> images.Push:
+    with image_data.ServerProcess([('replay', signature)]) as server:
+        started = time.perf_counter()
+        episodes = rlds_reverb.load(directory, encoded_frames='all')
+        rlds_reverb.push(episodes, server.address, 'replay', item=items.TwoStep())
+        seconds = time.perf_counter() - started
+        grown = server.rss_bytes() - server.rss_start
+        return images.Push(steps, server.size(), seconds, grown)
+
+
+def _read_plans(directory, steps: int) -> images.Push:
+    """The read side of the encoded push alone: its episode plans (rows and items, from
+    `load(dir, encoded_frames='all')`) iterated to the end, nothing written."""
+    started = time.perf_counter()
+    episodes = rlds_reverb.load(directory, encoded_frames='all')
+    for _ in plans_lib.make_episode_plans(episodes, items.TwoStep()):
+        pass
+    return images.Push(steps, 0, time.perf_counter() - started, 0)
+
+
+def _encoded_rows(directory, layout, steps: int) -> list:
+    """Every episode's two-step rows with the frames as JPEG bytes, in memory."""
+    return images._in_memory_episodes(directory, layout.cameras, steps=steps, encoded=True)
+
+
+def measure_push(directory, layout, steps: int, *, rounds: int, anchor_steps: int) -> None:
+    encoded_signature = tables.signature_for(
+        items.TwoStep(), rlds_reverb.load(directory, encoded_frames='all')
+    )
+    decoded_signature = tables.signature_for(items.TwoStep(), rlds_reverb.load(directory))
+    tfa_signature = tensor_spec.add_outer_dim(
+        tfa_rlds.create_trajectory_data_spec(disk._tfds_dataset(directory))
+    )
+    lengths = [
+        int(e[types.STEPS][types.IS_FIRST].shape[0])
+        for e in episodes_lib.to_whole_episodes(rlds_reverb.load(directory, encoded_frames='all'))
     ]
-    print(f'  convert / limit, round by round: {", ".join(f"{x:.0%}" for x in per_round)}')
+    cumulative = np.cumsum(lengths)
+    anchor_episodes = min(int(np.searchsorted(cumulative, anchor_steps)) + 1, len(lengths))
+    anchor_steps = int(cumulative[anchor_episodes - 1])
+    rows = _encoded_rows(directory, layout, steps)  # Untimed: the limit's input.
+    runs = {
+        'limit: bare writer loop, encoded rows in memory': lambda: images.measure_bare_writer(
+            rows, passes=1, room=images._CHUNK_ROOM_ROWS
+        ),
+        "read side alone: the encoded push's plans, no writer": lambda: _read_plans(
+            directory, steps
+        ),
+        "ours push(load(dir, encoded_frames='all'))": lambda: _push_encoded(
+            directory, encoded_signature, steps
+        ),
+        'ours push(load(dir)), frames decoded': lambda: images.push_ours(
+            directory, decoded_signature, steps
+        ),
+        f"TF-Agents' push_rlds_to_reverb (first {anchor_steps:,} steps)": lambda: (
+            images.push_tf_agents(directory, tfa_signature, anchor_steps, episodes=anchor_episodes)
+        ),
+    }
+    pushes: dict[str, list] = {name: [] for name in runs}
+    for index in range(rounds):
+        order = list(runs) if index % 2 == 0 else list(reversed(runs))
+        for name in order:
+            pushes[name].append(runs[name]())
+            print(
+                f'  round {index + 1}: {name}: {images._show_push(pushes[name][-1])} '
+                f'(load {_load_average()})',
+                flush=True,
+            )
+    rows.clear()
+    limit = pushes['limit: bare writer loop, encoded rows in memory']
+    for name, values in pushes.items():
+        rates = [p.rate for p in values]
+        per_round = ', '.join(f'{r / w.rate:.0%}' for r, w in zip(rates, limit, strict=True))
+        print(
+            f'  {name}: median {statistics.median(rates):,.0f} steps/s '
+            f'({", ".join(f"{r:,.0f}" for r in rates)}); of the bare writer {per_round}; '
+            f'{statistics.median(rates) / images._ISSUE_PUSH_STEPS_S:.1f}x 784; server '
+            f'{statistics.median(p.server_bytes / p.steps for p in values) / 1e3:,.1f} KB/step'
+        )
 
 
 # --- sampling --------------------------------------------------------------------------------
@@ -336,7 +470,10 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument('--layouts', nargs='+', default=list(image_data.LAYOUTS))
     parser.add_argument('--steps', type=int, default=20_000)
     parser.add_argument('--rounds', type=int, default=3)
-    parser.add_argument('--parts', nargs='+', default=['memory', 'convert', 'sampling', 'methods'])
+    parser.add_argument(
+        '--parts', nargs='+', default=['memory', 'convert', 'push', 'sampling', 'methods']
+    )
+    parser.add_argument('--anchor-push-steps', type=int, default=5_000)
     parser.add_argument('--sampling-batches', type=int, default=100)
     args = parser.parse_args(argv)
     for name in args.layouts:
@@ -357,6 +494,15 @@ def main(argv: list[str] | None = None) -> None:
         if 'convert' in args.parts:
             print(f' convert (load {_load_average()})', flush=True)
             measure_convert(directory, layout, frames, args.rounds)
+        if 'push' in args.parts:
+            print(f' push, two-step items (load {_load_average()})', flush=True)
+            measure_push(
+                directory,
+                layout,
+                args.steps,
+                rounds=args.rounds,
+                anchor_steps=args.anchor_push_steps,
+            )
         if 'sampling' in args.parts:
             print(f' sampling (load {_load_average()})', flush=True)
             measure_sampling(directory, layout, frames, args.rounds, args.sampling_batches)

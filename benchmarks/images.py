@@ -430,12 +430,13 @@ def measure_raw_read(directory: pathlib.Path) -> tuple[float, float, float]:
     return records / seconds, nbytes / seconds, seconds
 
 
-def measure_bare_writer(episodes: list[list[np.ndarray]], *, passes: int) -> Push:
+def measure_bare_writer(episodes: list[list[np.ndarray]], *, passes: int, room: int = 0) -> Push:
     """The bare writer loop: in-memory rows, two-step items by a StructuredWriter (as our
-    push's engine), into a server process; timed from the writer's creation."""
+    push's engine), into a server process; timed from the writer's creation. `room`: as
+    `_window_configs`."""
     with ServerProcess([(_TABLE, None)]) as server:
         started = time.perf_counter()
-        configs = _window_configs(len(episodes[0]), 2, _TABLE)
+        configs = _window_configs(len(episodes[0]), 2, _TABLE, room=room)
         writer = reverb.Client(server.address).structured_writer(configs)
         rows = sum(_write_rows(writer, episodes) for _ in range(passes))
         seconds = time.perf_counter() - started
@@ -691,10 +692,13 @@ def _median(values) -> float:
     return float(statistics.median(values))
 
 
-def _in_memory_episodes(directory: pathlib.Path, cameras, *, steps: int) -> list:
-    """The first episodes' decoded two-step rows (columns), `steps` steps or more."""
+def _in_memory_episodes(
+    directory: pathlib.Path, cameras, *, steps: int, encoded: bool = False
+) -> list:
+    """The first episodes' two-step rows (columns), `steps` steps or more; the frames
+    decoded, or as JPEG bytes when `encoded`."""
     episodes, total = [], 0
-    for steps_np in _read_steps(directory, cameras, encoded=False).as_numpy_iterator():
+    for steps_np in _read_steps(directory, cameras, encoded=encoded).as_numpy_iterator():
         episodes.append(_step_rows(steps_np)[0])
         total += len(episodes[-1][0])
         if total >= steps:
