@@ -4,7 +4,8 @@ On the committed fixtures written by LeRobot 0.6.1 itself (tests/fixtures/lerobo
 mode, PNG frames in the data parquet; video mode, AV1 in mp4): the encoded bytes decode to
 the frames the reader decodes (and LeRobot returned: the reference checksums), with the
 format info.json gives; they are pushed encoded into a real Reverb server and copied into
-an RLDS dataset unchanged; a video camera asked for encoded is refused by name.
+an RLDS dataset unchanged, and `rlds-reverb info` lists them; a video camera asked for
+encoded is refused by name.
 """
 
 from __future__ import annotations
@@ -165,3 +166,9 @@ def test_save_as_rlds_copies_the_png_bytes(tmp_path):
     for a, b in zip(source, copy, strict=True):
         for path in FORMATS:
             assert _get(a, path).tolist() == _get(b, path).tolist()
+
+
+def test_info_lists_the_image_mode_cameras(run_cli):
+    code, stdout, stderr = run_cli('info', IMAGE)
+    assert code == 0, stderr
+    assert f'{FRONT}: png 48x64x3' in stdout and f'{WRIST}: png 32x40x3' in stdout
