@@ -1,9 +1,9 @@
 """LeRobot datasets: reading (`load`) and writing (`save_as_lerobot`), beside their limits.
 
-Data: 20,000 frames (100 episodes of 200), two 256x320 RGB cameras (gradients, a moving
-block, a scrolling coarse texture with +-2 sensor noise over a quarter of the frame: PNGs of
-tens of KB, as camera frames compress), 7-d float32 state and action, a reward, tasks;
-generated per episode in NumPy (the `source` line times the generator alone).
+Data: 20,000 frames (100 episodes of 200), two RGB cameras (256x320; `--shape`) (gradients,
+a moving block, a scrolling coarse texture with +-2 sensor noise over a quarter of the
+frame: PNGs of tens of KB, as camera frames compress), 7-d float32 state and action, a
+reward, tasks; generated per episode in NumPy (the `source` line times the generator alone).
 
 Timed, set-up included, frames/s (one frame = both cameras and every field):
 
@@ -13,16 +13,22 @@ Timed, set-up included, frames/s (one frame = both cameras and every field):
   4,000 frames again, from the image-mode dataset (a source worker processes can open),
   with `workers=1` and `workers=2`, and `PNG encode alone` (Pillow, level 6, one thread);
 * `read image` / `read video`: `to_episode_tensors(load(dir))`, every field of every frame;
+  `convert image` / `convert video`: `convert_rlds_to_trajectories(load(dir), batch_size=256)`
+  to the last batch (TF-Agents trajectories, cameras included);
 * the limits, measured in the same run on the same files: `parquet alone` (pyarrow reads
   every data file, all columns), `PNG decode alone` (Pillow decodes every stored PNG, one
   thread), `AV1 decode alone` (PyAV decodes every mp4 to RGB, as the reader converts);
 * `lerobot per frame` (with `--lerobot-python`, LeRobot 0.6.1's venv): `LeRobotDataset[i]`
-  for every frame (or the first `--lerobot-frames`), image and video mode, the obvious alternative
-  (LeRobot's own reader, in its own environment).
+  for every frame (or the first `--lerobot-frames`), image and video mode, the obvious
+  alternative (LeRobot's own reader, in its own environment).
 
-Every line carries the 1-minute load average before and after it: the machine is shared.
+Every line carries the CPU seconds of the process that did the work (all its threads; for
+LeRobot, its own process) and the 1-minute load average before and after it: the machine
+is shared, and frames per CPU-second vary less with the load than frames per second.
 
-Run: `.venv/bin/python -m benchmarks.lerobot [--frames N] [--dir DIR] [--lerobot-python PATH]`.
+Run: `.venv/bin/python -m benchmarks.lerobot [--frames N] [--shape H,W] [--dir DIR]
+[--reuse] [--worker-episodes N] [--lerobot-python PATH] [--lerobot-frames N]` (`--reuse`:
+read the datasets an earlier run left in `--dir`, write nothing).
 """
 
 from __future__ import annotations
@@ -56,13 +62,13 @@ _TASKS = ('pick up the red cube', 'open the drawer', 'wipe the table')
 
 
 @functools.lru_cache(maxsize=2)
-def _scene(camera: int) -> np.ndarray:
+def _scene(camera: int, shape: tuple[int, int, int] = _SHAPE) -> np.ndarray:
     """One camera's 200 frames: a gradient, a moving block, a scrolling texture with noise."""
     rng = np.random.default_rng(camera)
-    height, width, _ = _SHAPE
+    height, width, _ = shape
     t = np.arange(_LENGTH)[:, None, None]
     yy, xx = np.mgrid[0:height, 0:width]
-    frames = np.empty((_LENGTH, *_SHAPE), np.uint8)
+    frames = np.empty((_LENGTH, *shape), np.uint8)
     frames[..., 0] = (xx * 255 // width)[None]
     frames[..., 1] = ((yy * 200 // height)[None] + t) % 256
     frames[..., 2] = camera * 90
@@ -78,12 +84,12 @@ def _scene(camera: int) -> np.ndarray:
     return frames
 
 
-def _frames(episode: int, camera: int) -> np.ndarray:
+def _frames(episode: int, camera: int, shape: tuple[int, int, int] = _SHAPE) -> np.ndarray:
     """The camera's scene, its colours shifted per episode (cheap: one vectorized add)."""
-    return _scene(camera) + np.uint8(episode * 37 % 256)
+    return _scene(camera, shape) + np.uint8(episode * 37 % 256)
 
 
-def _episode(index: int) -> dict:
+def _episode(index: int, shape: tuple[int, int, int] = _SHAPE) -> dict:
     rng = np.random.default_rng(index)
     t = np.arange(_LENGTH)
     state = np.cumsum(rng.normal(scale=0.02, size=(_LENGTH, 7)), axis=0).astype(np.float32)
@@ -91,7 +97,7 @@ def _episode(index: int) -> dict:
     return {
         types.STEPS: {
             types.OBSERVATION: {
-                'images': {'front': _frames(index, 0), 'wrist': _frames(index, 1)},
+                'images': {'front': _frames(index, 0, shape), 'wrist': _frames(index, 1, shape)},
                 'state': state,
             },
             types.ACTION: state + np.float32(0.01),
@@ -105,33 +111,39 @@ def _episode(index: int) -> dict:
     }
 
 
-def source(episodes: int) -> tf.data.Dataset:
+def source(episodes: int, shape: tuple[int, int, int] = _SHAPE) -> tf.data.Dataset:
     """The benchmark's RLDS episodes, generated one at a time."""
-    first = _episode(0)
+    first = _episode(0, shape)
     signature = tf.nest.map_structure(
         lambda a: tf.TensorSpec([None, *a.shape[1:]], tf.string if a.dtype == object else a.dtype),
         first,
     )
     whole = tf.data.Dataset.from_generator(
-        lambda: (_episode(i) for i in range(episodes)), output_signature=signature
+        lambda: (_episode(i, shape) for i in range(episodes)), output_signature=signature
     )
     return episodes_lib.from_whole_episodes(whole)
 
 
-def _line(label: str, frames: int, seconds: float, load_before: float, extra: str = '') -> None:
+def _line(
+    label: str, frames: int, seconds: float, load_before: float, extra: str = '', cpu: float = 0
+) -> None:
     load_after = os.getloadavg()[0]
+    per_cpu = f'{frames / cpu:,.0f} frames/CPU-s, ' if cpu else ''
     print(
-        f'{label:28s} {frames / seconds:10,.0f} frames/s  ({frames} frames, {seconds:7.1f} s; '
-        f'load {load_before:.1f} -> {load_after:.1f}){extra}',
+        f'{label:30s} {frames / seconds:10,.0f} frames/s  ({per_cpu}{frames} frames, '
+        f'{seconds:7.1f} s, CPU {cpu:.1f} s; load {load_before:.1f} -> {load_after:.1f}){extra}',
         flush=True,
     )
 
 
 def _timed(label: str, frames: int, run: Callable[[], object], extra: str = '') -> object:
+    """Runs `run`; prints frames per wall second and per CPU second of this process (all of
+    its threads; not its child processes)."""
     load_before = os.getloadavg()[0]
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     result = run()
-    _line(label, frames, time.perf_counter() - started, load_before, extra)
+    seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+    _line(label, frames, seconds, load_before, extra, cpu)
     return result
 
 
@@ -182,11 +194,12 @@ os.environ['HF_LEROBOT_HOME'] = tempfile.mkdtemp()
 import logging; logging.disable(logging.WARNING)
 from lerobot.datasets import LeRobotDataset
 root, count = sys.argv[1], int(sys.argv[2])
-started = time.perf_counter()
+started, cpu = time.perf_counter(), time.process_time()
 dataset = LeRobotDataset('bench/' + os.path.basename(root), root=root)
 for i in range(count):
     dataset[i]
-print(time.perf_counter() - started, dataset._video_backend if dataset.meta.video_keys else 'image')
+seconds, cpu = time.perf_counter() - started, time.process_time() - cpu
+print(seconds, cpu, dataset._video_backend if dataset.meta.video_keys else 'image')
 """
 
 
@@ -196,59 +209,90 @@ def _lerobot(python: str, directory: pathlib.Path, frames: int, label: str) -> N
         [python, '-c', _LEROBOT_SCRIPT, str(directory), str(frames)],
         capture_output=True, text=True, check=True, timeout=3600,
     ).stdout.split()  # fmt: skip
-    _line(label, frames, float(out[0]), load_before, f' [{out[1]}, its venv]')
+    _line(label, frames, float(out[0]), load_before, f' [{out[2]}, its venv]', float(out[1]))
+
+
+def _write_both(root: pathlib.Path, episodes: int, shape: tuple[int, int, int]) -> None:
+    frames = episodes * _LENGTH
+    _timed(
+        'source (generator alone)',
+        frames,
+        lambda: sum(
+            1 for _ in episodes_lib.to_whole_episodes(source(episodes, shape)).as_numpy_iterator()
+        ),
+    )
+    for mode in ('image', 'video'):
+        stats = _timed(
+            f'write {mode}', frames,
+            lambda mode=mode: lerobot.save_as_lerobot(source(episodes, shape), root / mode, fps=_FPS, cameras=mode),
+        )  # fmt: skip
+        size = sum(p.stat().st_size for p in (root / mode).rglob('*') if p.is_file())
+        print(
+            f'  {mode}: {size / 2**20:,.0f} MiB; PSNR {getattr(stats, "psnr_db", {})}',
+            flush=True,
+        )
+
+
+def _convert_all(directory: pathlib.Path) -> int:
+    from rlds_reverb.transform.convert import convert_rlds_to_trajectories
+
+    count = 0
+    for batch in convert_rlds_to_trajectories(load(directory), batch_size=256):
+        count += int(batch.step_type.shape[0])
+    return count
+
+
+def _read_lines(root: pathlib.Path, frames: int) -> None:
+    for mode in ('image', 'video'):
+        _timed(f'read {mode}', frames, lambda mode=mode: _read_all(root / mode))
+    for mode in ('image', 'video'):
+        _timed(f'convert {mode} (trajectories)', frames, lambda m=mode: _convert_all(root / m))
+    _timed('parquet alone (image mode)', frames, lambda: _parquet_alone(root / 'image'))
+    _timed('PNG decode alone', frames, lambda: _png_alone(root / 'image'))
+    _timed('AV1 decode alone', frames, lambda: _av1_alone(root / 'video'))
+
+
+def _worker_lines(root: pathlib.Path, part: int, shape: tuple[int, int, int]) -> None:
+    for workers in (1, 2) if part else ():  # From the image-mode dataset each worker opens.
+        _timed(
+            f'write image, {workers} worker(s)', part * _LENGTH,
+            lambda workers=workers: lerobot.save_as_lerobot(
+                root / 'image', root / f'workers-{workers}', workers=workers,
+                split=f'train[:{part}]', frames_per_file=1000,
+            ),
+        )  # fmt: skip
+    scene = _frames(0, 0, shape)
+    _timed(
+        'PNG encode alone (2 cameras)',
+        _LENGTH,
+        lambda: [encode_png(f) for f in scene for _ in '01'],
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument('--frames', type=int, default=20_000)
     parser.add_argument('--dir', default=None, help='where to write (default: a temp dir)')
+    parser.add_argument('--reuse', action='store_true', help="read --dir's datasets, no writes")
     parser.add_argument('--lerobot-python', default=None, help="LeRobot 0.6.1's venv python")
     parser.add_argument('--lerobot-frames', type=int, default=20_000)
+    parser.add_argument('--shape', default='256,320', help='camera height,width')
+    parser.add_argument(
+        '--worker-episodes', type=int, default=_WORKER_EPISODES, help='0: no workers lines'
+    )
     args = parser.parse_args()
+    shape = (*(int(d) for d in args.shape.split(',')), 3)
     episodes = max(1, args.frames // _LENGTH)
     frames = episodes * _LENGTH
     root = pathlib.Path(args.dir or tempfile.mkdtemp(prefix='lerobot-bench-'))
-    print(f'{episodes} episodes x {_LENGTH} frames, two {_SHAPE} cameras, in {root}; '
+    print(f'{episodes} episodes x {_LENGTH} frames, two {shape} cameras, in {root}; '
           f'{os.cpu_count()} CPUs', flush=True)  # fmt: skip
     try:
-        _timed(
-            'source (generator alone)',
-            frames,
-            lambda: sum(
-                1 for _ in episodes_lib.to_whole_episodes(source(episodes)).as_numpy_iterator()
-            ),
-        )
-        for mode in ('image', 'video'):
-            stats = _timed(
-                f'write {mode}', frames,
-                lambda mode=mode: lerobot.save_as_lerobot(source(episodes), root / mode, fps=_FPS, cameras=mode),
-            )  # fmt: skip
-            size = sum(p.stat().st_size for p in (root / mode).rglob('*') if p.is_file())
-            print(
-                f'  {mode}: {size / 2**20:,.0f} MiB; PSNR {getattr(stats, "psnr_db", {})}',
-                flush=True,
-            )
-        for mode in ('image', 'video'):
-            _timed(f'read {mode}', frames, lambda mode=mode: _read_all(root / mode))
-        _timed('parquet alone (image mode)', frames, lambda: _parquet_alone(root / 'image'))
-        _timed('PNG decode alone', frames, lambda: _png_alone(root / 'image'))
-        _timed('AV1 decode alone', frames, lambda: _av1_alone(root / 'video'))
-        part = min(episodes, _WORKER_EPISODES)
-        for workers in (1, 2):  # From the image-mode dataset, which each worker opens.
-            _timed(
-                f'write image, {workers} worker(s)', part * _LENGTH,
-                lambda workers=workers: lerobot.save_as_lerobot(
-                    root / 'image', root / f'workers-{workers}', workers=workers,
-                    split=f'train[:{part}]', frames_per_file=1000,
-                ),
-            )  # fmt: skip
-        scene = _frames(0, 0)
-        _timed(
-            'PNG encode alone (2 cameras)',
-            _LENGTH,
-            lambda: [encode_png(f) for f in scene for _ in '01'],
-        )
+        if not args.reuse:
+            _write_both(root, episodes, shape)
+        _read_lines(root, frames)
+        if not args.reuse:
+            _worker_lines(root, min(episodes, args.worker_episodes), shape)
         if args.lerobot_python:
             count = min(args.lerobot_frames, frames)
             for mode in ('image', 'video'):

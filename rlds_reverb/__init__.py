@@ -5,7 +5,8 @@ The verbs, in the order data flows:
     load            open an RLDS dataset (a TFDS directory or name, envlogger, LeRobot,
                     Minari, D4RL, `tf.data`) as whole-episode tensors, through a registry
                     of readers; camera frames kept encoded on request
-                    (`list_frame_fields`, `frames`)
+                    (`list_frame_fields`, `frames`); shuffled within a memory budget
+                    in bytes (`shuffle_within_budget`)
     validate        check every rule on every episode; name each problem
     statistics      per-field, per-dimension statistics (`compute_statistics`,
                     `ensure_statistics`: saved beside the dataset) and `normalize` with them
@@ -93,6 +94,9 @@ _EXPORTS = {
     'list_frame_fields': 'rlds_reverb.read.loading:list_frame_fields',
     'load': 'rlds_reverb.read.loading:load',
     'register_reader': 'rlds_reverb.read.loading:register_reader',
+    'ShuffleStats': 'rlds_reverb.read.shuffle:ShuffleStats',
+    'ShuffleUnit': 'rlds_reverb.read.shuffle:ShuffleUnit',
+    'shuffle_within_budget': 'rlds_reverb.read.shuffle:shuffle_within_budget',
     'read_lerobot_metadata': 'rlds_reverb.read.lerobot:read_lerobot_metadata',
     'write_report': 'rlds_reverb.check.report_html:write_report',
     'DatasetStatistics': 'rlds_reverb.check.statistics:DatasetStatistics',
@@ -169,6 +173,8 @@ __all__ = [
     'SampleBatch',
     'SamplingOptions',
     'ServerStatus',
+    'ShuffleStats',
+    'ShuffleUnit',
     'SizeWeighting',
     'SourceError',
     'SourceNotFoundError',
@@ -204,6 +210,7 @@ __all__ = [
     'save_as_lerobot',
     'save_as_rlds',
     'seed_server',
+    'shuffle_within_budget',
     'tables',
     'unnormalize',
     'validate',
@@ -264,6 +271,9 @@ if TYPE_CHECKING:
     from rlds_reverb.read.loading import load as load
     from rlds_reverb.read.loading import register_reader as register_reader
     from rlds_reverb.read.options import LoadOptions as LoadOptions
+    from rlds_reverb.read.shuffle import ShuffleStats as ShuffleStats
+    from rlds_reverb.read.shuffle import ShuffleUnit as ShuffleUnit
+    from rlds_reverb.read.shuffle import shuffle_within_budget as shuffle_within_budget
     from rlds_reverb.serve import checkpoints as checkpoints
     from rlds_reverb.serve import tables as tables
     from rlds_reverb.serve.status import ServerStatus as ServerStatus

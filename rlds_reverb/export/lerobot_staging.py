@@ -321,7 +321,7 @@ def check_target(target: pathlib.Path, *, overwrite: bool, source_path: pathlib.
             'choose a new directory, or pass overwrite=True (--overwrite) to replace the '
             'LeRobot dataset in it.'
         )
-    if meta.find_root(target) is None:
+    if not (target / meta.INFO).is_file():
         raise FileExistsError(
             f'overwrite=True replaces a LeRobot dataset only, and {target} holds no '
             f'{meta.INFO} (it holds {entries[:5]}); remove it yourself.'

@@ -288,7 +288,7 @@ def open_lerobot(
       whose `frame_formats` are the encoded cameras' (png, info.json's shape).
 
     Raises:
-      LeRobotFormatError: If the dataset is of format v2.x or older (the message says how
+      LeRobotFormatError: If the dataset is of format v2.x or v1.x (the message says how
         to upgrade it), or a metadata file is missing, malformed or disagrees with
         info.json or another file (the message names the file and the key or column).
       SourceError: If `split` names no split of the dataset or is not a valid slice.
@@ -320,7 +320,8 @@ class LeRobotReader:
     accepts = frozenset({'split', 'step_fields', 'encoded_frames'})
 
     def recognizes(self, source: Any) -> bool:
-        """Returns whether `source` is a directory holding `meta/info.json`."""
+        """Returns whether `source` is a directory holding `meta/info.json` (or v1.x's
+        `meta_data/info.json`, which `open` refuses, saying how to upgrade it)."""
         return lerobot_meta.find_root(source) is not None
 
     def open(self, source: Any, options: LoadOptions) -> tf.data.Dataset:

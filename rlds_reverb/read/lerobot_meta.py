@@ -34,6 +34,7 @@ from rlds_reverb.core.errors import LeRobotFormatError
 __all__: list[str] = []
 
 INFO = 'meta/info.json'
+LEGACY_INFO = 'meta_data/info.json'  # LeRobot's format v1.x (data as Arrow files).
 TASKS = 'meta/tasks.parquet'
 EPISODES_DIR = 'meta/episodes'
 DATA_DIR = 'data'
@@ -79,7 +80,9 @@ _UPGRADE = (
     '`python -m lerobot.scripts.convert_dataset_v21_to_v30 --repo-id=<any/name> '
     '--root={root} --push-to-hub=false` (it converts in place and keeps the old copy as '
     '{root}_old); a v2.0 dataset must first be converted to v2.1 with an older LeRobot '
-    '(lerobot/datasets/v21/convert_dataset_v20_to_v21.py).'
+    '(lerobot/datasets/v21/convert_dataset_v20_to_v21.py), and a v1.x dataset (meta_data/) to '
+    'v2.0 before that (lerobot/common/datasets/v2/convert_dataset_v1_to_v2.py, LeRobot of '
+    'late 2024).'
 )
 
 
@@ -197,12 +200,13 @@ class Info:
 
 
 def find_root(source: Any) -> pathlib.Path | None:
-    """Returns the dataset directory of `source` (it, holding meta/info.json), else None."""
+    """Returns the dataset directory of `source` (it, holding meta/info.json, or v1.x's
+    meta_data/info.json: refused by `read_info`, naming the upgrade), else None."""
     if not isinstance(source, str | os.PathLike):
         return None
     try:
         root = pathlib.Path(source).expanduser()
-        return root if (root / INFO).is_file() else None
+        return root if (root / INFO).is_file() or (root / LEGACY_INFO).is_file() else None
     except (OSError, ValueError):
         return None
 
@@ -216,14 +220,14 @@ def _load_json(path: pathlib.Path) -> Any:
         raise LeRobotFormatError(f'{path} is not readable JSON ({e}).') from e
 
 
-def _check_version(version: Any, root: pathlib.Path) -> str:
+def _check_version(version: Any, root: pathlib.Path, where: str = INFO) -> str:
     """Returns a v3.x `codebase_version`; raises naming the versions read and the upgrade."""
     text = str(version)
     major = text.lstrip('v').split('.')[0]
     if major == '3':
         return text
     raise LeRobotFormatError(
-        f'The LeRobot dataset {root} is format {text} ({INFO} codebase_version); rlds-reverb '
+        f'The LeRobot dataset {root} is format {text} ({where} codebase_version); rlds-reverb '
         f'reads format {CODEBASE_VERSION} (and later v3.x), which LeRobot >= 0.4 writes. '
         + _UPGRADE.format(root=root)
     )
@@ -275,9 +279,14 @@ def read_info(root: pathlib.Path) -> Info:
 
     Raises:
       LeRobotFormatError: If info.json is missing or not JSON, its version is not v3.x
-        (the message says how to upgrade), or a key is missing or of the wrong type.
+        (v1.x: meta_data/info.json; the message says how to upgrade), or a key is missing
+        or of the wrong type.
     """
     path = root / INFO
+    if not path.is_file() and (root / LEGACY_INFO).is_file():  # Format v1.x.
+        legacy = _load_json(root / LEGACY_INFO)
+        found = legacy.get('codebase_version') if isinstance(legacy, Mapping) else None
+        _check_version(found or 'v1.x', root, LEGACY_INFO)
     raw = _load_json(path)
     if not isinstance(raw, Mapping):
         raise LeRobotFormatError(f'{path} holds {type(raw).__name__}; expected an object.')

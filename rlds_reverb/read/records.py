@@ -75,12 +75,6 @@ class RecordSource(sources.EpisodeSource):
 
     def read(self) -> tf.data.Dataset:
         """Returns the selected episodes: episode-level features decoded, steps whole."""
-        parse = _make_record_parser(
-            {
-                **{k: f.get_serialized_info() for k, f in self.episode_features.items()},
-                types.STEPS: self.serialized_steps,
-            }
-        )
         if len(self.file_instructions) == 1:  # The same order, without tracing an interleave.
             ((path, skip, take),) = self.file_instructions
             records = _read_shard(path, skip, take)
@@ -88,6 +82,21 @@ class RecordSource(sources.EpisodeSource):
             records = _interleave(self._list_files(), _read_shard, cycle_length=self.cycle_length)
         # The selections on the serialized records: nothing skipped is decoded.
         records = sources.apply_selections(records, self.selections)
+        return records.map(
+            episodes_lib.without_autograph(self.make_decoder()),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+
+    def make_decoder(self) -> Callable[[tf.Tensor], dict]:
+        """Returns the function (in graph) that makes one serialized record a whole episode:
+        episode-level features decoded, steps by `decode_steps`."""
+        parse = _make_record_parser(
+            {
+                **{k: f.get_serialized_info() for k, f in self.episode_features.items()},
+                types.STEPS: self.serialized_steps,
+            }
+        )
 
         def _read(record: tf.Tensor) -> dict:
             parsed = parse(record)
@@ -96,11 +105,7 @@ class RecordSource(sources.EpisodeSource):
             decoded = steps if self.decode_steps is None else self.decode_steps(steps)
             return {**episode, types.STEPS: decoded}
 
-        return records.map(
-            episodes_lib.without_autograph(_read),
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=True,
-        )
+        return _read
 
     def select(self, selection: sources.Selection) -> RecordSource:
         return dataclasses.replace(self, selections=(*self.selections, selection))
@@ -118,8 +123,7 @@ class RecordSource(sources.EpisodeSource):
         if not self.selections:
             return [(p, np.arange(s, s + t)) for p, s, t in zip(paths, skips, takes, strict=True)]
         starts = np.cumsum(takes) - takes  # Each shard's first position, shards end to end.
-        positions = sources.IndexSelection(int(takes.sum()), self.selections).positions()
-        chosen = np.sort(self._list_interleaved(starts, takes)[positions])
+        chosen = np.sort(self.list_read_order())
         firsts = np.searchsorted(chosen, starts)
         ends = np.searchsorted(chosen, starts + takes)
         return [
@@ -128,6 +132,15 @@ class RecordSource(sources.EpisodeSource):
                 paths, starts, skips, firsts, ends, strict=True
             )
         ]
+
+    def list_read_order(self) -> np.ndarray:
+        """Returns the selected records in the order `read` gives them, each numbered over
+        the file instructions' records end to end (a shard's first record after its skip
+        is numbered after every record of the shards before it)."""
+        takes = np.array([take for _, _, take in self.file_instructions], np.int64)
+        starts = np.cumsum(takes) - takes
+        positions = sources.IndexSelection(int(takes.sum()), self.selections).positions()
+        return self._list_interleaved(starts, takes)[positions]
 
     def _list_interleaved(self, starts: np.ndarray, takes: np.ndarray) -> np.ndarray:
         """Returns the record numbers (shards end to end) in the order `read` interleaves."""
@@ -161,6 +174,29 @@ def _read_shard(path: tf.Tensor | str, skip: tf.Tensor | int, take: tf.Tensor | 
     if not isinstance(skip, int) or skip:
         records = records.skip(skip)
     return records.take(take)
+
+
+def read_record_ranges(ranges: tf.data.Dataset, *, cycle_length: int) -> tf.data.Dataset:
+    """Returns the serialized records of record ranges, `cycle_length` ranges read at once.
+
+    Args:
+      ranges: (shard path, records to skip, records to take, a number) per range; the
+        number of a range's first record is passed on, counting up along the range.
+      cycle_length: Ranges read at a time, one record from each in turn.
+
+    Returns:
+      (serialized record, its number) pairs.
+    """
+
+    def _read_range(path, skip, take, first):
+        numbers = tf.data.Dataset.range(first, first + take)
+        return tf.data.Dataset.zip((_read_shard(path, skip, take), numbers))
+
+    return ranges.interleave(
+        episodes_lib.without_autograph(_read_range),
+        cycle_length=cycle_length,
+        block_length=1,
+    )
 
 
 def _make_record_parser(example_specs: dict) -> Callable[[tf.Tensor], dict]:

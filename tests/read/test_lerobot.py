@@ -15,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import pathlib
+import shutil
 
 import numpy as np
 import pytest
@@ -105,13 +106,12 @@ def test_every_frame_is_what_both_lerobot_backends_return(fixture):
     name, episodes = fixture
     ref = reference(name)
     backends = ['image'] if name.startswith('image') else ['torchcodec', 'pyav']
+    item = json.loads((FIXTURES / 'reference' / f'{name}.json').read_text())['backends']
+    item = item[backends[0]]['item']  # What LeRobot's items held: cameras as float CHW.
     for camera in CAMERAS:
         frames = concat(episodes, 'observation', 'images', camera)
-        assert (
-            frames.dtype == np.uint8
-            and frames.shape[1:]
-            == ref[f'frames/{backends[0]}/observation.images.{camera}'].shape[1:]
-        )
+        channels, height, width = item[f'observation.images.{camera}']['shape']
+        assert frames.dtype == np.uint8 and frames.shape[1:] == (height, width, channels)
         for backend in backends:
             want = ref[f'sha256/{backend}/observation.images.{camera}']
             np.testing.assert_array_equal(sha256(frames), want, err_msg=f'{camera} {backend}')
@@ -312,6 +312,28 @@ def test_the_report_describes_a_lerobot_dataset(tmp_path):
     first = read(load(VIDEO).take(1))[0][types.STEPS][types.OBSERVATION]['images']['front']
     np.testing.assert_array_equal(report.frames[0].first, first[0])
     assert (tmp_path / 'report.html').stat().st_size > 0
+
+
+def test_statistics_of_a_lerobot_directory_are_saved_beside_it_and_reused(run_cli, tmp_path):
+    """`rlds-reverb stats` and `ensure_statistics` on LeRobot's own files, cameras included."""
+    from rlds_reverb.check.statistics import compute_statistics
+    from rlds_reverb.check.statistics_files import ensure_statistics
+
+    root = pathlib.Path(shutil.copytree(VIDEO, tmp_path / 'video-v3'))
+    saved = root / 'rlds_reverb_statistics-train.json'
+    code, out, err = run_cli('stats', root, '--no-progress')
+    assert code == 0 and out.endswith(f'\nWrote {saved}.\n'), err
+    assert 'observation/state  float32[7]  (118 values per dimension)' in out
+    code, out, _ = run_cli('stats', root, '--no-progress')
+    assert code == 0 and out.endswith(f'\nReused {saved} (its fingerprint matches the data).\n')
+    fields = ['observation/state', 'reward', 'observation/images/front']
+    found = ensure_statistics(root, fields=fields)
+    assert not found.reused and found.fingerprint
+    expected = compute_statistics(load(VIDEO), fields=fields)
+    assert found.format() == expected.format()
+    assert ensure_statistics(root, fields=fields).reused
+    state = concat(read(load(root)), 'observation', 'state')  # Still read, file beside it.
+    np.testing.assert_allclose(found.fields['observation/state'].mean, state.mean(0), rtol=1e-5)
 
 
 def test_the_command_line_reads_a_lerobot_directory(run_cli, tmp_path):

@@ -68,6 +68,42 @@ def test_older_formats_are_refused_with_the_upgrade_command(tmp_path, version):
     assert 'a v2.0 dataset must first be converted to v2.1' in message
 
 
+def test_a_v1_dataset_is_refused_with_its_upgrade_path(tmp_path):
+    """Format v1.x, as LeRobot wrote it: meta_data/info.json and Arrow files, no meta/."""
+    root = tmp_path / 'pusht'
+    (root / 'meta_data').mkdir(parents=True)
+    (root / 'data' / 'train').mkdir(parents=True)
+    (root / 'meta_data' / 'info.json').write_text('{"codebase_version": "v1.6", "fps": 10}')
+    (root / 'meta_data' / 'episode_data_index.safetensors').write_bytes(b'')
+    (root / 'data' / 'train' / 'data-00000-of-00001.arrow').write_bytes(b'')
+    with pytest.raises(LeRobotFormatError) as raised:
+        load(root)
+    message = str(raised.value)
+    assert 'is format v1.6 (meta_data/info.json codebase_version)' in message
+    assert 'reads format v3.0' in message
+    assert 'a v1.x dataset (meta_data/) to v2.0 before that' in message
+    assert 'lerobot/common/datasets/v2/convert_dataset_v1_to_v2.py' in message
+    assert 'convert_dataset_v20_to_v21.py' in message and 'convert_dataset_v21_to_v30' in message
+
+
+@pytest.mark.slow  # Two CLI subprocesses.
+def test_the_command_line_names_the_format_and_the_upgrade(tmp_path, run_cli):
+    """A v2.1 dataset as LeRobot 0.2/0.3 wrote it (JSON lines metadata, a file per episode)."""
+    root = tmp_path / 'so100'
+    (root / 'meta').mkdir(parents=True)
+    (root / 'data' / 'chunk-000').mkdir(parents=True)
+    info = {'codebase_version': 'v2.1', 'fps': 30, 'total_episodes': 1, 'features': {}}
+    (root / 'meta' / 'info.json').write_text(json.dumps(info))
+    (root / 'meta' / 'episodes.jsonl').write_text('{"episode_index": 0, "length": 1}\n')
+    (root / 'meta' / 'tasks.jsonl').write_text('{"task_index": 0, "task": "pick"}\n')
+    pq.write_table(pa.table({'index': [0]}), root / 'data/chunk-000/episode_000000.parquet')
+    for command in ('info', 'validate'):
+        code, out, err = run_cli(command, root, subprocess=True)
+        assert code == 2 and 'Traceback' not in err, (command, err)
+        assert f'rlds-reverb {command}: error: The LeRobot dataset {root} is format v2.1' in err
+        assert f'convert_dataset_v21_to_v30 --repo-id=<any/name> --root={root}' in err
+
+
 def test_a_later_v3_minor_version_is_read(tmp_path):
     root = copy(tmp_path, 'image-v3')
     edit_info(root, lambda info: info.update(codebase_version='v3.1'))

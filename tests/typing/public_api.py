@@ -77,6 +77,21 @@ def keep_frames_encoded(directory: str) -> None:
         print(error)
 
 
+def shuffle_within_a_budget(directory: str) -> float:
+    """Steps shuffled within a memory budget in bytes, and the order's rank correlation."""
+    stats = rlds_reverb.ShuffleStats()
+    steps = rlds_reverb.shuffle_within_budget(
+        rlds_reverb.load(directory, encoded_frames='all'),
+        memory_budget_bytes=2**30,
+        seed=0,
+        unit=rlds_reverb.ShuffleUnit.STEPS,
+        stats=stats,
+    )
+    for _ in steps.take(10):
+        pass
+    return stats.rank_correlation()
+
+
 def handle_errors(directory: str) -> str:
     """The exceptions are classes of the package's hierarchy."""
     try:
