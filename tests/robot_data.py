@@ -254,6 +254,8 @@ def frame_digests(episodes: list[dict], path: str) -> dict[int, str]:
 
 # 120 episodes (lengths 1, 2, 1,000 and short ones; both endings) in one shard.
 ROBOT_SPEC = RobotSpec(robot_lengths(120, longest=1000))
+# A few short episodes and one of 1 step: copies and conversions.
+SMALL_SPEC = RobotSpec(robot_lengths(6, seed=3, longest=40))
 # Some wrist frames missing (b''), as some robot datasets store.
 MISSING_SPEC = RobotSpec(robot_lengths(12, seed=1, longest=40), missing_every=3)
 

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import enum
 import sys
 from typing import TYPE_CHECKING
 
@@ -78,6 +80,42 @@ def add_source_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         '--data-dir', default=None, help="where to look up a TFDS name (default: TFDS' own)"
     )
+
+
+def add_option_argument(parser: argparse.ArgumentParser, field: dataclasses.Field) -> None:
+    """Adds the flag an options field declares (`core.flags.Flag`), with its default.
+
+    A bool option is a switch, a repeated flag appends (default `[]`), any other flag takes
+    one value (an enum's default as its value).
+    """
+    from rlds_reverb.core import flags  # Loads without TensorFlow.
+
+    flag = flags.find_flag(field)
+    if flag is None:
+        raise ValueError(f'The option {field.name!r} declares no command-line flag.')
+    name, default = flags.name_flag(field), field.default
+    metavar = name[2:].replace('-', '_').upper()  # --episode-field: EPISODE_FIELD.
+    how: dict = {'dest': field.name, 'help': flag.help}
+    if isinstance(default, bool):
+        how.update(action='store_true')
+    elif flag.repeat:
+        how.update(action='append', default=[], metavar=metavar)
+    else:
+        value = default.value if isinstance(default, enum.Enum) else default
+        how.update(type=flag.type, default=value, choices=flag.choices)
+        how.update(metavar=None if flag.choices else metavar)
+    parser.add_argument(name, **how)
+
+
+def add_load_option_arguments(parser: argparse.ArgumentParser) -> None:
+    """Adds a flag per option of `LoadOptions` that declares one (`--encoded-frames`):
+    `load_source` and `read_encoded_frames` read them back."""
+    from rlds_reverb.core import flags
+    from rlds_reverb.read.options import LoadOptions  # Loads without TensorFlow.
+
+    for field in dataclasses.fields(LoadOptions):
+        if flags.find_flag(field) is not None:
+            add_option_argument(parser, field)
 
 
 def load_source(

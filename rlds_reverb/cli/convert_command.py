@@ -2,6 +2,7 @@
 
     rlds-reverb convert ~/tensorflow_datasets/d4rl_mujoco_halfcheetah/v2-medium/1.2.0 OUT_DIR
     rlds-reverb convert SRC /data/copy/1.0.0 --episodes-per-shard 50 --overwrite
+    rlds-reverb convert SRC /data/copy/1.0.0 --encoded-frames all   # JPEG/PNG bytes kept
     rlds-reverb convert SRC /data/so100_lerobot --to lerobot --fps 30 [--video] [--workers 4]
 
 Reads SRC with `rlds_reverb.load` and writes its episodes with `rlds_reverb.save_as_rlds`
@@ -24,7 +25,12 @@ __all__ = [
 
 _RLDS, _LEROBOT = 'rlds', 'lerobot'
 # Options that apply to one output format only (the other refuses them by name).
-_RLDS_ONLY: dict[str, object] = {'name': None, 'episodes_per_shard': 100, 'unordered': False}
+_RLDS_ONLY: dict[str, object] = {
+    'name': None,
+    'episodes_per_shard': 100,
+    'unordered': False,
+    'encoded_frames': [],
+}
 _LEROBOT_ONLY: dict[str, object] = {
     'video': False,
     'fps': None,
@@ -118,6 +124,7 @@ def _convert(args: argparse.Namespace) -> int:
             episodes_per_shard=args.episodes_per_shard,
             keep_order=not args.unordered,
             overwrite=args.overwrite,
+            encoded_frames=common.read_encoded_frames(args),
             progress=bar.update,
         )
     except BaseException as error:
@@ -161,6 +168,7 @@ def add_convert_parser(subparsers) -> argparse.ArgumentParser:
         action='store_true',
         help="let TFDS shuffle the copy's shards (default: it reads back in SRC's order)",
     )
+    common.add_load_option_arguments(parser)  # --encoded-frames: frames copied as bytes.
     _add_lerobot_options(parser)
     parser.add_argument('--no-progress', action='store_true', help='hide the progress bar')
     parser.set_defaults(handler=_convert)

@@ -388,7 +388,6 @@ def _add_write_option_arguments(parser: argparse.ArgumentParser, *, push: bool) 
     new option reaches `push` and `serve` from its definition alone.
     """
     import dataclasses
-    import enum
 
     from rlds_reverb.core import flags
     from rlds_reverb.read.options import LoadOptions  # Both load without TensorFlow.
@@ -398,18 +397,7 @@ def _add_write_option_arguments(parser: argparse.ArgumentParser, *, push: bool) 
         flag = flags.find_flag(field)
         if flag is None or (flag.push_only and not push):
             continue
-        name, default = flags.name_flag(field), field.default
-        metavar = name[2:].replace('-', '_').upper()  # --episode-field: EPISODE_FIELD.
-        how: dict = {'dest': field.name, 'help': flag.help}
-        if isinstance(default, bool):
-            how.update(action='store_true')
-        elif flag.repeat:
-            how.update(action='append', default=[], metavar=metavar)
-        else:
-            value = default.value if isinstance(default, enum.Enum) else default
-            how.update(type=flag.type, default=value, choices=flag.choices)
-            how.update(metavar=None if flag.choices else metavar)
-        parser.add_argument(name, **how)
+        common.add_option_argument(parser, field)
 
 
 def add_serve_parser(subparsers) -> argparse.ArgumentParser:

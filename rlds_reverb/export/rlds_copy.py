@@ -13,6 +13,10 @@ What the copy holds (docs/convert.md):
   every step field and every episode-level field (metadata, nested dicts included) becomes
   a `tfds.features.Tensor` of its shape and dtype; strings stay strings; images are stored
   as raw uint8 tensors (not re-encoded as PNG: larger files, no decoding when read);
+* frames kept encoded (`encoded_frames`, or a source `load(..., encoded_frames=...)`
+  returned) are stored as TFDS `Image` features of their format (codec and shape), their
+  bytes written unchanged: no decode, no re-encode (`storage.features.make_feature` of a
+  spec named by its format, as the Reverb export writes them);
 * the episodes in the source's order: the dataset is marked ordered (TFDS'
   `disable_shuffling`), so readers take its shards one after the other
   (`keep_order=False` writes a dataset TFDS may shuffle, whose read order interleaves the
@@ -39,9 +43,10 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 import tree
 
-from rlds_reverb.core import checks, types
+from rlds_reverb.core import checks, frames, types
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.read import loading
+from rlds_reverb.read.options import EncodedFrames
 from rlds_reverb.storage import features as features_lib
 from rlds_reverb.storage import tfds_writer
 
@@ -146,8 +151,13 @@ def _episode_spec(path: tuple, spec: tf.TensorSpec, *, where: str) -> tf.TensorS
     return spec
 
 
-def make_features_from_spec(element_spec: dict, *, where: str) -> tfds.features.FeaturesDict:
+def make_features_from_spec(
+    element_spec: dict, *, where: str, frame_formats: frames.FrameFormats | None = None
+) -> tfds.features.FeaturesDict:
     """Returns the TFDS features of whole episodes of `element_spec` (steps `[T, ...]`).
+
+    The step fields at `frame_formats`' paths (`tf.string` encoded frames) become TFDS
+    `Image` features of their format, which store the bytes as given.
 
     Raises:
       ValueError: If a field has an unknown shape (besides the step count), or is a tuple
@@ -156,6 +166,8 @@ def make_features_from_spec(element_spec: dict, *, where: str) -> tfds.features.
     steps = tree.map_structure_with_path(
         lambda p, s: _step_spec(p, s, where=where), element_spec[types.STEPS]
     )
+    # Named by their formats, encoded frames become `Image` features (`make_feature`).
+    steps = frames.name_frame_specs(steps, frame_formats or {})
     episode = {
         key: tree.map_structure_with_path(
             lambda p, s, key=key: _episode_spec((key, *p), s, where=where), value
@@ -209,6 +221,7 @@ def save_as_rlds(
     episodes_per_shard: int = 100,
     keep_order: bool = True,
     overwrite: bool = False,
+    encoded_frames: EncodedFrames = None,
     progress: types.EpisodeProgressFn | None = None,
 ) -> SaveStats:
     """Writes every episode of a source `rlds_reverb.load` reads as an RLDS TFDS dataset.
@@ -236,12 +249,18 @@ def save_as_rlds(
       keep_order: Mark the copy ordered, so it reads back in the source's order (TFDS then
         refuses `shuffle_files=True` on it); False lets TFDS shuffle its shards.
       overwrite: Replace a TFDS dataset already in `directory` (once the copy is complete).
+      encoded_frames: The source's frame fields copied as their encoded bytes, unchanged,
+        into TFDS `Image` features of their format (as `load` takes it: 'all' or `/`
+        paths); the others are decoded and stored as uint8 tensors. A source that
+        `load(..., encoded_frames=...)` returned keeps its encoded frames so without it.
       progress: Optional `fn(episodes, steps)` called after each episode is written.
 
     Returns:
       `SaveStats`: episodes, steps, seconds, directory.
 
     Raises:
+      FrameFieldError: If `encoded_frames` names a field that is not a frame field of the
+        source (`load`).
       FileExistsError: If `directory` is not empty and `overwrite` is false, or would
         replace something other than a TFDS dataset.
       NotADirectoryError: If `directory` is a file.
@@ -257,6 +276,7 @@ def save_as_rlds(
     Example:
       >>> rlds_reverb.save_as_rlds('/data/halfcheetah_medium-v2.hdf5', '/data/hc/1.0.0')
       >>> rlds_reverb.load('/data/hc/1.0.0')
+      >>> rlds_reverb.save_as_rlds('/data/fractal/0.1.0', '/data/copy/1.0.0', encoded_frames='all')
     """
     started = time.perf_counter()
     checks.check_int_at_least(episodes_per_shard, 1, argument='episodes_per_shard')
@@ -264,9 +284,11 @@ def save_as_rlds(
     where, source_path = _describe_source(source)
     _check_target(target, overwrite=overwrite, source_path=source_path)
     derived_name, derived_version = _derive_name(target)
-    episodes = loading.load(source, split=split, data_dir=data_dir)
+    episodes = loading.load(source, split=split, data_dir=data_dir, encoded_frames=encoded_frames)
     whole = episodes_lib.to_whole_episodes(episodes)
-    features = make_features_from_spec(whole.element_spec, where=where)
+    features = make_features_from_spec(
+        whole.element_spec, where=where, frame_formats=episodes_lib.find_frame_formats(episodes)
+    )
     stats = SaveStats()
     try:
         with tfds_writer.RldsDatasetWriter(

@@ -22,8 +22,9 @@ step per frame, in `episode_index` order, frames in `index` order;
 Reading streams: the metadata is read once (`lerobot_meta`), then each selected episode's
 rows come from the parquet row groups that hold them (`lerobot_data.ParquetRows`) and its
 video frames from a decoder that moves forward through each file (`lerobot_video`); PNG
-frames are decoded in a separate step per camera (a `tf.data` map after the read), so that
-they could also be handed out encoded. `LeRobotSource` is an `EpisodeSource`: the split
+frames are decoded in a separate step per camera (a `tf.data` map after the read), skipped
+for the cameras `encoded_frames` keeps as their PNG bytes (`lerobot_frames`: image mode
+only; video cameras are refused by name). `LeRobotSource` is an `EpisodeSource`: the split
 slice (`'train[:10%]'`, or a split info.json names) and `take`, `skip` and `shard` narrow
 its list of episodes (`core.sources.IndexSelection`), so unselected episodes are never read.
 """
@@ -42,10 +43,12 @@ import tensorflow as tf
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import sources, types
 from rlds_reverb.core.errors import LeRobotFormatError, SourceError
+from rlds_reverb.core.frames import FrameFormat
 from rlds_reverb.read import lerobot_data, lerobot_fields, lerobot_meta, lerobot_video
 from rlds_reverb.read import step_fields as step_fields_lib
 from rlds_reverb.read.lerobot_fields import Layout
-from rlds_reverb.read.options import LoadOptions
+from rlds_reverb.read.lerobot_frames import choose_encoded, list_image_formats
+from rlds_reverb.read.options import EncodedFrames, LoadOptions
 
 __all__ = [
     'LeRobotMetadata',
@@ -94,10 +97,12 @@ class LeRobotSource(sources.EpisodeSource):
     Fields:
       layout: The dataset's metadata and the step fields read (`lerobot_fields.Layout`).
       index: Which episodes are read: the split, then the selections of the dataset.
+      encoded: The image-mode cameras (`/` paths) handed out as their PNG bytes.
     """
 
     layout: Layout = dataclasses.field(repr=False)
     index: sources.IndexSelection = sources.IndexSelection(0)
+    encoded: frozenset[str] = frozenset()
 
     def read(self) -> tf.data.Dataset:
         """Returns the selected episodes, each read from the files when iterated."""
@@ -106,7 +111,9 @@ class LeRobotSource(sources.EpisodeSource):
             lambda: _generate(self.layout, positions),
             output_signature=self.layout.generated_signature(),
         )
-        decode = episodes_lib.without_autograph(lambda e: _decode_images(self.layout, e))
+        decode = episodes_lib.without_autograph(
+            lambda e: _decode_images(self.layout, e, self.encoded)
+        )
         return generated.map(decode, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
 
     def select(self, selection: sources.Selection) -> LeRobotSource:
@@ -175,11 +182,14 @@ def _decode_png(
     return out
 
 
-def _decode_images(layout: Layout, episode: dict) -> dict:
-    """Decodes the image-mode cameras of one episode: one step per camera, after the read."""
+def _decode_images(layout: Layout, episode: dict, encoded: frozenset[str]) -> dict:
+    """Decodes the image-mode cameras of one episode (those not kept `encoded`): one step
+    per camera, after the read."""
     steps = episode[types.STEPS]
     for field in layout.fields:
         if field.feature.dtype != lerobot_meta.IMAGE or field.frame_shape is None:
+            continue
+        if field.key in encoded:  # The stored PNG bytes, unchanged.
             continue
         blobs = _get(steps, field.path)
         frames = tf.numpy_function(
@@ -260,6 +270,7 @@ def open_lerobot(
     *,
     split: str = SPLIT,
     step_fields: tuple[tuple[str, ...], ...] | None = None,
+    encoded_frames: EncodedFrames = None,
 ) -> episodes_lib.EpisodeDataset:
     """Returns the episodes of a LeRobot v3.0 dataset as an RLDS dataset.
 
@@ -269,9 +280,12 @@ def open_lerobot(
         in TFDS' syntax (`'train[:10%]'`, `'train[10:20]'`), counted in episodes.
       step_fields: The step fields to keep, as key paths (`LoadOptions.step_paths`); the
         features of the others are never read (a camera left out is never decoded).
+      encoded_frames: The image-mode cameras handed out as their stored PNG bytes
+        (`LoadOptions.encoded_frames`: 'all' or `/` paths), never decoded.
 
     Returns:
-      An `EpisodeDataset` whose `take`, `skip` and `shard` narrow the episodes read.
+      An `EpisodeDataset` whose `take`, `skip` and `shard` narrow the episodes read, and
+      whose `frame_formats` are the encoded cameras' (png, info.json's shape).
 
     Raises:
       LeRobotFormatError: If the dataset is of format v2.x or v1.x (the message says how
@@ -279,6 +293,8 @@ def open_lerobot(
         info.json or another file (the message names the file and the key or column).
       SourceError: If `split` names no split of the dataset or is not a valid slice.
       SpecMismatchError: If `step_fields` names a field the steps do not have.
+      FrameFieldError: If `encoded_frames` names a video camera (or is 'all' with one
+        among the step fields), or a field that is no image-mode camera.
 
     Example:
       >>> episodes = open_lerobot('/data/so100_pick', split='train[:10]')
@@ -290,15 +306,18 @@ def open_lerobot(
     for warning in layout.warnings:
         step_fields_lib.warn_caller(warning)
     index = _select_split(layout.info, split)
-    return episodes_lib.from_source(LeRobotSource(layout=layout, index=index))
+    where = f'the LeRobot dataset at {root}'
+    formats = choose_encoded(layout, encoded_frames, where=where)
+    source = LeRobotSource(layout=layout, index=index, encoded=frozenset(formats))
+    return episodes_lib.from_source(source, frame_formats=formats)
 
 
 class LeRobotReader:
-    """Reads a LeRobot v3.0 dataset directory (`open_lerobot`); accepts `split` and
-    `step_fields`."""
+    """Reads a LeRobot v3.0 dataset directory (`open_lerobot`); accepts `split`,
+    `step_fields` and `encoded_frames` (image-mode cameras)."""
 
     name = 'lerobot'
-    accepts = frozenset({'split', 'step_fields'})
+    accepts = frozenset({'split', 'step_fields', 'encoded_frames'})
 
     def recognizes(self, source: Any) -> bool:
         """Returns whether `source` is a directory holding `meta/info.json` (or v1.x's
@@ -307,6 +326,22 @@ class LeRobotReader:
 
     def open(self, source: Any, options: LoadOptions) -> tf.data.Dataset:
         """Returns the dataset's episodes (`open_lerobot`), steps checked."""
-        episodes = open_lerobot(source, split=options.split, step_fields=options.step_paths)
+        episodes = open_lerobot(
+            source,
+            split=options.split,
+            step_fields=options.step_paths,
+            encoded_frames=options.encoded_frames,
+        )
         step_fields_lib.check_step_spec(episodes, where=f'the LeRobot dataset at {source}')
         return episodes
+
+    def list_frame_fields(self, source: Any, options: LoadOptions) -> dict[str, FrameFormat]:
+        """Returns the image-mode cameras (PNG bytes) and their formats, from the metadata.
+
+        Raises:
+          LeRobotFormatError: If a metadata file is missing, malformed or inconsistent.
+        """
+        root = lerobot_meta.find_root(source)
+        if root is None:
+            raise SourceError(f'{source} is not a LeRobot dataset: it has no meta/info.json.')
+        return list_image_formats(lerobot_fields.make_layout(root))

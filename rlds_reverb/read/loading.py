@@ -31,10 +31,12 @@ Options. `LoadOptions` defines every option (`load(source, split=...)` is
 one it does not accept, given with a value other than its default, is refused by name
 (`SourceError`), never ignored.
 
-Frames. A TFDS source's image features (JPEG or PNG frames) can stay encoded:
-`load(source, encoded_frames='all')` hands them out as the stored bytes, and
-`list_frame_fields(source)` lists them from the features alone (docs/frames.md). Readers
-of sources that hold no encoded frames (Minari, D4RL, `tf.data`) do not accept the option.
+Frames. A TFDS source's image features (JPEG or PNG frames) and a LeRobot dataset's
+image-mode cameras (PNG) can stay encoded: `load(source, encoded_frames='all')` hands them
+out as the stored bytes, and `list_frame_fields(source)` lists them from the features (or
+info.json) alone (docs/frames.md). LeRobot video cameras are refused by name (their frames
+live in an mp4 file); readers of sources that hold no encoded frames (Minari, D4RL,
+`tf.data`) do not accept the option.
 
 Nothing in the files runs: metadata is JSON, and a feature class it names that TFDS would
 import to resolve is refused (`rlds_reverb.read.feature_classes`); nothing is unpickled.

@@ -77,7 +77,8 @@ class LoadOptions:
         re-encode): None (default) decodes every frame; `'all'` keeps every frame field
         encoded; or their `/` paths (`['observation/image']`). `list_frame_fields(source)`
         lists them; the returned dataset's `frame_formats` says how each is encoded
-        (docs/frames.md). On the command line: `--encoded-frames` (`push`, `serve`).
+        (docs/frames.md). On the command line: `--encoded-frames` (`push`, `serve`,
+        `convert`).
 
     Raises:
       ValueError: If `check_files` is not True, False or 'full', or `shuffle_files` or
@@ -101,7 +102,7 @@ class LoadOptions:
     encoded_frames: EncodedFrames = dataclasses.field(
         default=None,
         metadata=flags.make_flag(
-            "a frame field (`observation/image`) pushed as its encoded bytes, or 'all'; "
+            "a frame field (`observation/image`) kept as its encoded bytes, or 'all'; "
             'repeat for several',
             repeat=True,
         ),

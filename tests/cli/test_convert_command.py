@@ -16,9 +16,10 @@ import pytest
 import tensorflow_datasets as tfds
 import tree
 
+import rlds_reverb
 from rlds_reverb.cli import app
 from rlds_reverb.read.loading import load
-from tests import users_data
+from tests import robot_data, users_data
 from tests.rlds_copies import assert_same_episodes, read_both_ways
 
 
@@ -147,3 +148,29 @@ def _assert_stored_equal(got: np.ndarray, want: np.ndarray) -> None:
         np.testing.assert_allclose(got, want, rtol=1e-6)
     else:
         np.testing.assert_array_equal(got, want)
+
+
+def test_convert_keeps_encoded_frames_as_their_bytes(tmp_path_factory, tmp_path, run_cli):
+    # JPEG and PNG cameras written by TFDS's own writer: the copy holds the same bytes, as
+    # TFDS Image features (tests/export/test_rlds_copy_frames.py checks them in depth).
+    source = robot_data.shared_dir(tmp_path_factory, robot_data.SMALL_SPEC)
+    out = tmp_path / 'copy' / '1.0.0'
+    code, _, stderr = run_cli('convert', source, out, '--encoded-frames', 'all', '--no-progress')
+    assert code == app.EXIT_OK, stderr
+    formats = rlds_reverb.list_frame_fields(source)
+    assert formats and rlds_reverb.list_frame_fields(out) == formats
+    encoded = [users_data.read_numpy(load(d, encoded_frames='all')) for d in (source, out)]
+    assert_same_episodes(*encoded)
+    assert_same_episodes(users_data.read_numpy(load(source)), users_data.read_numpy(load(out)))
+
+
+def test_convert_names_a_source_without_encoded_frames(tmp_path, run_cli):
+    # Minari stores raw arrays: its reader refuses encoded_frames by name.
+    dataset_id = json.loads((_MINARI / 'expected.json').read_text())['image-hdf5']['dataset_id']
+    out = tmp_path / 'copy'
+    code, _, stderr = run_cli(
+        'convert', _MINARI / 'datasets' / dataset_id, out, '--encoded-frames', 'all'
+    )
+    assert code != app.EXIT_OK
+    assert 'encoded_frames' in stderr and 'minari' in stderr
+    assert not out.exists()

@@ -53,6 +53,10 @@ def test_convert_to_lerobot_image_and_video(run_cli, tmp_path):
             '--episodes-per-shard: not an option of --to lerobot',
         ),
         (['--video'], '--video: not an option of --to rlds'),
+        (
+            ['--to', 'lerobot', '--encoded-frames', 'all'],
+            '--encoded-frames: not an option of --to lerobot',
+        ),
         (['--to', 'lerobot', '--fps', '2.5'], 'whole number of frames per second'),
     ],
 )
