@@ -42,14 +42,15 @@ _PROGRESS_PERIOD_S = 0.5
 _DIRECT_RUNNERS = ('direct', 'directrunner', 'switchingdirectrunner')
 
 
-def probe_servers(servers: Sequence[str], table: str) -> dict[str, int | None]:
-    """Returns each server's insert count now, None for one that does not answer."""
+def probe_servers(
+    servers: Sequence[str], table: str, *, timeout_ms: int = timeouts.CHECKPOINT_PROBE_MS
+) -> dict[str, int | None]:
+    """Returns each server's insert count now, None for one that does not answer within
+    `timeout_ms`."""
     found: dict[str, int | None] = {}
     for address in servers:
         try:
-            info = table_info.fetch_table_info(
-                reverb.Client(address), table, timeout_ms=timeouts.CHECKPOINT_PROBE_MS
-            )
+            info = table_info.fetch_table_info(reverb.Client(address), table, timeout_ms=timeout_ms)
             found[address] = table_info.count_inserted(info)
         except (errors.RldsReverbError, reverb.errors.ReverbError, RuntimeError):
             found[address] = None
@@ -201,7 +202,7 @@ def _query_reads(run) -> results.ReadCounts | None:
 def _describe_failure(
     error: Exception, job: job_lib.BeamJob, before: dict
 ) -> errors.DistributedPushError:
-    now = probe_servers(job.servers, job.table)
+    now = probe_servers(job.servers, job.table)  # A dead server is named, not waited for.
     held = '; '.join(
         f'{a}: not answering' if now[a] is None else f'{a}: {now[a]} items ({before[a]} before)'
         for a in job.servers
@@ -219,7 +220,8 @@ def _describe_failure(
 def _collect(job: job_lib.BeamJob, before: dict) -> results.BeamPushResult:
     """Reads the writers' counts and what the servers report; checks they agree."""
     servers = []
-    now = probe_servers(job.servers, job.table)
+    # The push's own timeout, not a liveness probe's: a slow server is not a missing count.
+    now = probe_servers(job.servers, job.table, timeout_ms=job.options.timeout_ms)
     for position, address in enumerate(job.servers):
         path = job_lib.result_path(job.result_dir, position)
         if FileSystems.exists(path):
