@@ -123,14 +123,7 @@ class Chunk(ItemKind):
     fill: types.PadFill | str = types.PadFill.EDGE
 
     def __post_init__(self):
-        options = ChunkOptions(
-            self.history,
-            self.horizon,
-            self.history_fields,
-            self.chunk_fields,
-            self.final_action,
-            self.fill,
-        )
+        options = self.options  # Checked, and the names and enums normalized, by ChunkOptions.
         for field in dataclasses.fields(ChunkOptions):
             object.__setattr__(self, field.name, getattr(options, field.name))
 
