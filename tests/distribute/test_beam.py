@@ -482,7 +482,10 @@ def test_beam_decodes_image_episodes_to_count_as_the_scan_cannot(tmp_path):
 
 # --- Faults: a worker killed mid-episode, a server killed and restarted -----------------------
 
-_LONG = [300] * 8  # Long episodes: a kill lands inside one.
+# Long episodes: a kill lands inside one, and a checkpoint taken mid-push returns well before
+# the push ends (with 300-step episodes a checkpoint once outlasted the remote server's whole
+# share, and the kill came after the push had finished).
+_LONG = [1000] * 8
 
 
 @pytest.fixture(scope='module')
