@@ -378,6 +378,20 @@ class TrajectoryEngine(_Engine):
         writer.close()  # Drops what is pending, without the destructor's wait.
 
 
+def _picks_structured(kind: EngineKind, item: items_lib.ItemKind) -> bool:
+    """Whether `kind` asks for the StructuredWriter's configs for `item`s, when they can.
+
+    AUTO leaves n-step items to the TrajectoryWriter. Their configs reference one row of
+    each column (squeezed), and Reverb's auto-tuned chunker, the only one a StructuredWriter
+    has, then keeps the small columns in chunks of 1 to 5 rows: 3.2 chunks a step against
+    0.3 with the TrajectoryEngine's 32-row chunks, at about 850 bytes of server memory a
+    chunk whatever it holds (benchmarks/README.md, issue 31's memory section).
+    """
+    if kind is EngineKind.AUTO:
+        return not isinstance(item, items_lib.NStep)
+    return kind is EngineKind.STRUCTURED
+
+
 def make_engine(
     client: reverb.Client,
     item: items_lib.ItemKind,
@@ -398,7 +412,7 @@ def make_engine(
       row_structure: The nest of one episode's rows (a plan's `rows`, or their spec).
       priority: The constant priority, or None for per-item priorities in the plans.
       kind: Which engine (`EngineKind`, or its value); AUTO picks the StructuredWriter when
-        it can create the items.
+        it can create the items, except n-step items (`_picks_structured`).
       max_in_flight_items: The most items pending on the server.
       timeout_ms: The most any wait on the server may take.
 
@@ -407,7 +421,7 @@ def make_engine(
     """
     kind = types.as_enum(EngineKind, kind, argument='engine')
     configs = None
-    if priority is not None and kind is not EngineKind.TRAJECTORY:
+    if priority is not None and _picks_structured(kind, item):
         configs = configs_lib.make_item_configs(item, row_structure, table_names, priority)
     if configs is not None:
         return StructuredEngine(

@@ -51,8 +51,10 @@ DEFAULT_MAX_IN_FLIGHT_ITEMS = 48
 class EngineKind(enum.Enum):
     """Which Reverb writer a push uses (`rlds_reverb.write.engines`).
 
-    AUTO: the StructuredWriter when configs can create the items (two-step, n-step and
-      dropped-tail sequence items with a constant priority), else the TrajectoryWriter.
+    AUTO: the StructuredWriter when configs can create the items (two-step and dropped-tail
+      sequence items with a constant priority), else the TrajectoryWriter. N-step items use
+      the TrajectoryWriter: under the StructuredWriter's auto-tuned chunks the server holds
+      about 10% more per step (benchmarks/README.md).
     STRUCTURED: the StructuredWriter (an error for items it cannot create).
     TRAJECTORY: the TrajectoryWriter, which writes every item kind.
     """
