@@ -421,7 +421,7 @@ def make_engine(
     """
     kind = types.as_enum(EngineKind, kind, argument='engine')
     configs = None
-    if priority is not None and _picks_structured(kind, item):
+    if priority is not None and _picks_structured(EngineKind(kind), item):
         configs = configs_lib.make_item_configs(item, row_structure, table_names, priority)
     if configs is not None:
         return StructuredEngine(
