@@ -21,10 +21,8 @@ two cameras, plus a 128x128 wrist camera), written by TFDS' own writer:
 * `push`: alternated rounds, each into a fresh server process (started untimed), timed
   from opening the dataset to the last item confirmed: `rlds_reverb.push(load(dir,
   encoded_frames='all'))` of two-step items (frames never decoded); the limit, the bare
-  Reverb writer loop (a `StructuredWriter` as our push's engine: rows with their step
-  index, episodes one after the other without `end_episode`'s wait) writing the same
-  two-step items of the encoded rows held in memory, and the same loop ending each episode
-  (as push did before); today's push of decoded frames
+  Reverb writer loop (a `StructuredWriter` as our push's engine) writing the same two-step
+  items of the encoded rows held in memory; today's push of decoded frames
   (`push(load(dir))`); and TF-Agents' `push_rlds_to_reverb` (its own test's observer,
   the first `--anchor-push-steps` steps: it stores every frame twice, decoded). Steps/s,
   the server's growth per stored step, and the load average beside every round.
@@ -271,9 +269,6 @@ def measure_push(directory, layout, steps: int, *, rounds: int, anchor_steps: in
     rows = _encoded_rows(directory, layout, steps)  # Untimed: the limit's input.
     runs = {
         'limit: bare writer loop, encoded rows in memory': lambda: images.measure_bare_writer(
-            rows, passes=1, room=images._CHUNK_ROOM_ROWS, pipelined=True
-        ),
-        'bare writer loop, end_episode after each episode': lambda: images.measure_bare_writer(
             rows, passes=1, room=images._CHUNK_ROOM_ROWS
         ),
         "read side alone: the encoded push's plans, no writer": lambda: _read_plans(

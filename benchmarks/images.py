@@ -170,22 +170,16 @@ def _last_rows(num_columns: int, rows: int):
     )
 
 
-def _window_configs(
-    num_columns: int, length: int, table: str, *, room: int = 0, step_column: bool = False
-) -> list:
+def _window_configs(num_columns: int, length: int, table: str, *, room: int = 0) -> list:
     """StructuredWriter configs: every row from the `length`-th on ends an item of the last
     `length` rows (Reverb's C++ creates the items). With `room`, a config that never
     applies makes every column keep `room` rows, so that Reverb's auto-tuned chunker may
-    grow chunks that long (our push does the same with 32 rows). With `step_column`, the
-    rows carry their step index in one more column, which the condition reads (as our
-    push's pipelined engine: episodes follow each other without `end_episode`)."""
+    grow chunks that long (our push does the same with 32 rows)."""
     index = sw.Condition.step_index()
-    if step_column:
-        index = sw.Condition.data([None] * (num_columns + 1))[num_columns]
     window = _last_rows(num_columns, length)
     configs = [sw.create_config(window, table, conditions=[index >= length - 1])]
     if room > length:
-        never = sw.Condition.step_index() == 2**31 - 1
+        never = index == 2**31 - 1
         configs.append(sw.create_config(_last_rows(num_columns, room), table, conditions=[never]))
     return configs
 
@@ -231,34 +225,15 @@ def measure_raw_read(directory: pathlib.Path) -> tuple[float, float, float]:
     return records / seconds, nbytes / seconds, seconds
 
 
-def _write_rows_pipelined(writer, episodes: list[list[np.ndarray]]) -> int:
-    """Appends every row of `episodes` with its step index, flushing as our push does (every
-    8 rows down to 40 pending), and ends the writer's episode once, at the end."""
-    rows = 0
-    for columns in episodes:
-        steps = np.arange(len(columns[0]), dtype=np.int32)
-        for index, row in enumerate(zip(*columns, strict=True)):
-            writer.append([*row, steps[index]])
-            rows += 1
-            if rows % 8 == 0:
-                writer.flush(40, timeout_ms=600_000)
-    writer.end_episode(timeout_ms=600_000)
-    return rows
-
-
-def measure_bare_writer(
-    episodes: list[list[np.ndarray]], *, passes: int, room: int = 0, pipelined: bool = False
-) -> Push:
+def measure_bare_writer(episodes: list[list[np.ndarray]], *, passes: int, room: int = 0) -> Push:
     """The bare writer loop: in-memory rows, two-step items by a StructuredWriter (as our
     push's engine), into a server process; timed from the writer's creation. `room`: as
-    `_window_configs`; `pipelined`: episodes follow each other without `end_episode` (as
-    our push's engine of window items), else each ends with it."""
+    `_window_configs`."""
     with ServerProcess([(_TABLE, None)]) as server:
         started = time.perf_counter()
-        configs = _window_configs(len(episodes[0]), 2, _TABLE, room=room, step_column=pipelined)
+        configs = _window_configs(len(episodes[0]), 2, _TABLE, room=room)
         writer = reverb.Client(server.address).structured_writer(configs)
-        write = _write_rows_pipelined if pipelined else _write_rows
-        rows = sum(write(writer, episodes) for _ in range(passes))
+        rows = sum(_write_rows(writer, episodes) for _ in range(passes))
         seconds = time.perf_counter() - started
         del writer
         return Push(rows, server.size(), seconds, server.rss_bytes() - server.rss_start)
