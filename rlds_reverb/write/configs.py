@@ -65,7 +65,6 @@ def make_window_configs(
     priority: float,
     squeeze: bool = False,
     keep_tails: bool = False,
-    step_column: int | None = None,
 ) -> list:
     """Returns configs creating, every `period` rows, an item of the last `length` rows.
 
@@ -80,28 +79,15 @@ def make_window_configs(
       keep_tails: At the end of an episode, also write the last `length` rows when no item
         ends there, and the whole episode when it is shorter than `length` (the observer's
         `keep_tails`).
-      step_column: The flat column, after those of `structure`, holding each row's step
-        index in its episode (an int32 scalar no item references), or None for the writer's own step index. With it the
-        windows never cross an episode's start whether or not the writer's episode ends,
-        so a writer may go on to the next episode without `end_episode`'s wait for every
-        confirmation (`engines.StructuredEngine`).
 
     Returns:
       StructuredWriter configs, one set per table.
 
-    Raises:
-      ValueError: If `step_column` is given with `keep_tails` (tails need episode ends).
-
     Example:
       >>> configs = make_window_configs([None] * 7, ['replay'], length=2, priority=1.0)
     """
-    if step_column is not None and keep_tails:
-        raise ValueError('keep_tails needs the writer to end episodes; step_column is not used.')
     window = _make_pattern(structure, length, squeeze=squeeze)
-    if step_column is None:
-        index = sw.Condition.step_index()
-    else:
-        index = sw.Condition.data([None] * (step_column + 1))[step_column]
+    index = sw.Condition.step_index()
     phase = (length - 1) % period
     # Conditions that always hold (index >= 0, index % 1 == 0) are left out.
     conditions = [index >= length - 1] if length > 1 else []
@@ -170,19 +156,10 @@ def make_n_step_configs(
 
 
 def make_item_configs(
-    item: items_lib.ItemKind,
-    row_structure: types.Nest,
-    tables: Sequence[str],
-    priority: float,
-    *,
-    step_column: bool = False,
+    item: items_lib.ItemKind, row_structure: types.Nest, tables: Sequence[str], priority: float
 ) -> list | None:
     """Returns the configs creating `item`s from an episode's rows (appended flat), or None
     when configs cannot.
-
-    With `step_column`, window items read each row's step index from one more flat column
-    after the rows' own (see `make_window_configs`); n-step items end at episode ends and
-    ignore it (`needs_episode_ends`).
 
     Example:
       >>> make_item_configs(items.TwoStep(), plan.rows, ['replay'], 1.0)
@@ -192,18 +169,11 @@ def make_item_configs(
     pattern = item.window_pattern
     if pattern is None:
         return None
-    columns = len(tree.flatten(row_structure))
     return make_window_configs(
-        [None] * columns,
+        [None] * len(tree.flatten(row_structure)),
         tables,
         length=pattern.length,
         period=pattern.period,
         priority=priority,
         squeeze=pattern.squeeze,
-        step_column=columns if step_column else None,
     )
-
-
-def needs_episode_ends(item: items_lib.ItemKind) -> bool:
-    """Whether `make_item_configs`' configs for `item` create items at episode ends."""
-    return isinstance(item, items_lib.NStep)

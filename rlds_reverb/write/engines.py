@@ -10,10 +10,7 @@ Two engines implement the `WriterEngine` protocol:
   (CONTINUE) and per-item priorities.
 
 Either way each row is appended once and overlapping items reference the same rows. Both
-flush on the same schedule, so that at most `max_in_flight_items` items are pending. An
-engine's `confirmed_items` says how many of its items the server has confirmed: the
-structured engine of window items goes on to the next episode without waiting for them
-(`EpisodeLoop` counts an episode written once its items are confirmed).
+flush on the same schedule, so that at most `max_in_flight_items` items are pending.
 
 Every wait on the server (a flush, the end of an episode) goes through `wait_on_server`,
 which waits in slices and probes the server between them, so that a server that dies
@@ -60,27 +57,10 @@ class WriterEngine(Protocol):
     """What `push` needs of a writer: write one episode's plan, then finish the stream."""
 
     def write_episode(self, plan: EpisodePlan) -> int:
-        """Appends the episode's rows and creates its items; returns the items (per table).
-
-        The items may still be pending when it returns: `confirmed_items` says how many of
-        the items created so far the server has confirmed.
-        """
-
-    @property
-    def confirmed_items(self) -> int:
-        """Items (per table) created since the engine opened that the server has confirmed:
-        a lower bound while items are pending, exact after `finish`."""
+        """Appends the episode's rows and creates its items; returns the items (per table)."""
 
     def finish(self) -> int:
-        """Writes what the end of the stream completes, then waits until the server has
-        confirmed every item; returns the items it created (per table)."""
-
-    def confirm(self) -> None:
-        """Waits until the server has confirmed every item created so far."""
-
-    def probe_confirmed(self) -> int:
-        """Returns `confirmed_items` made exact by asking the writer, without waiting, how
-        many items are pending (after a failure: what landed); a lower bound if it cannot."""
+        """Writes what the end of the stream completes; returns the items (per table)."""
 
     def close(self) -> None:
         """Lets go of the writer, within a bounded time; what is unconfirmed may be lost."""
@@ -94,8 +74,6 @@ class WriterEngine(Protocol):
 _RELEASE_TIMEOUT_MS = timeouts.WRITER_RELEASE_MS
 # A wait on the server longer than this probes it before waiting on (`wait_on_server`).
 WAIT_SLICE_MS = timeouts.WAIT_SLICE_MS
-# A flush that only asks whether the writer holds at most k pending items (`probe_confirmed`).
-_PROBE_MS = 1
 
 
 def wait_on_server(wait: Callable[[int], None], *, address: str, timeout_ms: int | None) -> None:
@@ -219,12 +197,6 @@ class _Engine:
     _writer: sw.StructuredWriter | reverb.TrajectoryWriter  # Deleted by `close`.
     _address: str
     _timeout_ms: int
-    _total = 0  # Items created since the engine opened (per table).
-    _confirmed = 0  # Of those, the items the server has certainly confirmed.
-
-    @property
-    def confirmed_items(self) -> int:
-        return self._confirmed
 
     def _wait(self, wait: Callable[[int], None]) -> None:
         wait_on_server(wait, address=self._address, timeout_ms=self._timeout_ms)
@@ -236,29 +208,6 @@ class _Engine:
     def _end_episode(self, *, clear_buffers: bool = True) -> None:
         writer = self._writer
         self._wait(lambda ms: writer.end_episode(clear_buffers, timeout_ms=ms))
-        self._confirmed = self._total  # `end_episode` returns once every item is confirmed.
-
-    def confirm(self) -> None:
-        if self._confirmed < self._total:
-            self._flush()
-            self._confirmed = self._total
-
-    def probe_confirmed(self) -> int:
-        writer = vars(self).get('_writer')
-        # A flush that may leave k items pending returns at once iff at most k are: the
-        # least such k, found by bisection, is the pending count.
-        low, high = 0, self._total - self._confirmed
-        while writer is not None and low < high:
-            middle = (low + high) // 2
-            try:
-                writer.flush(middle, timeout_ms=_PROBE_MS)
-                high = middle
-            except reverb.errors.DeadlineExceededError:
-                low = middle + 1
-            except (reverb.errors.ReverbError, RuntimeError):
-                return self._confirmed  # A failed writer tells nothing more.
-        self._confirmed = max(self._confirmed, self._total - high)
-        return self._confirmed
 
     def close(self) -> None:
         # Dropping the engine's reference lets the writer be destroyed (or kept, `_release`).
@@ -277,55 +226,27 @@ class _Engine:
 
 
 class StructuredEngine(_Engine):
-    """Appends rows to a `StructuredWriter`; its configs create the items in C++.
-
-    With `pipelined` (configs from `configs.make_item_configs(..., step_column=True)`: each
-    row carries its step index, so windows never cross an episode's start), one episode
-    follows another without `end_episode`, whose wait for every confirmation held the push
-    at each episode's end (a quarter of an image push's time). The flush schedule bounds
-    what is pending and tells what is confirmed; `finish` waits for the rest.
-    """
+    """Appends rows to a `StructuredWriter`; its configs create the items in C++."""
 
     def __init__(
-        self,
-        client: reverb.Client,
-        configs: list,
-        *,
-        max_in_flight_items: int,
-        timeout_ms: int,
-        pipelined: bool = False,
+        self, client: reverb.Client, configs: list, *, max_in_flight_items: int, timeout_ms: int
     ):
         self._writer = client.structured_writer(configs)
         self._schedule = FlushSchedule.for_max_in_flight(max_in_flight_items)
         self._address = client.server_address
         self._timeout_ms = timeout_ms
-        self._pipelined = pipelined
-        self._rows = 0  # Rows appended since the engine opened (the flush schedule's count).
 
     def write_episode(self, plan: EpisodePlan) -> int:
-        writer, schedule, bound = self._writer, self._schedule, self._schedule.bound
-        rows = list_rows(plan.rows)
-        # Where each item ends (rows), to count the items created when a flush returns.
-        ends = np.sort(np.asarray(plan.starts) + np.asarray(plan.sizes))
-        step_indices = np.arange(len(rows), dtype=np.int32)
-        for index, row in enumerate(rows):
-            if self._pipelined:
-                row.append(step_indices[index])
+        writer, schedule = self._writer, self._schedule
+        for index, row in enumerate(list_rows(plan.rows), start=1):
             writer.append(row)
-            self._rows += 1
-            if schedule.is_due(self._rows):
-                self._flush(bound)  # Then at most `bound` of the items created are pending.
-                created = self._total + int(np.searchsorted(ends, index + 1, side='right'))
-                self._confirmed = max(self._confirmed, created - bound)
-        self._total += plan.num_items  # The configs create exactly the planned windows.
-        if not self._pipelined:
-            self._end_episode()
-        return plan.num_items
+            if schedule.is_due(index):
+                self._flush(schedule.bound)
+        self._end_episode()
+        return plan.num_items  # The configs create exactly the planned windows.
 
     def finish(self) -> int:
-        if self._pipelined and self._rows:
-            self._end_episode()  # Waits until every item is confirmed.
-        return 0
+        return 0  # Nothing is pending after `end_episode`.
 
     def _release(self, writer: sw.StructuredWriter) -> None:
         release_structured_writer(writer, address=self._address)
@@ -399,7 +320,6 @@ class TrajectoryEngine(_Engine):
         for table in self._tables:
             self._writer.create_item(table, priority, trajectory)
         self._created += 1
-        self._total += 1
 
     def write_episode(self, plan: EpisodePlan) -> int:
         offset = self._appended
@@ -487,18 +407,11 @@ def make_engine(
     """
     kind = types.as_enum(EngineKind, kind, argument='engine')
     configs = None
-    pipelined = not configs_lib.needs_episode_ends(item)
     if priority is not None and kind is not EngineKind.TRAJECTORY:
-        configs = configs_lib.make_item_configs(
-            item, row_structure, table_names, priority, step_column=pipelined
-        )
+        configs = configs_lib.make_item_configs(item, row_structure, table_names, priority)
     if configs is not None:
         return StructuredEngine(
-            client,
-            configs,
-            max_in_flight_items=max_in_flight_items,
-            timeout_ms=timeout_ms,
-            pipelined=pipelined,
+            client, configs, max_in_flight_items=max_in_flight_items, timeout_ms=timeout_ms
         )
     if kind is EngineKind.STRUCTURED:
         raise ValueError(

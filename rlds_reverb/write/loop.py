@@ -22,11 +22,9 @@ episodes and run the loop.
 
 from __future__ import annotations
 
-import collections
 import dataclasses
 import time
 from collections.abc import Iterable
-from typing import NamedTuple
 
 import reverb
 import tensorflow as tf
@@ -98,16 +96,6 @@ class PushStats:
 _START = ResumePoint(0)
 
 
-class _Handed(NamedTuple):
-    """An episode handed to the writer, counted once the server confirms its items."""
-
-    episode: int
-    steps: int
-    items: int
-    confirmed_at: int  # The engine's `confirmed_items` that covers all its items.
-    skipped: bool = False
-
-
 # --- The loop --------------------------------------------------------------------------------
 
 
@@ -154,11 +142,6 @@ class EpisodeLoop:
         self._address = client.server_address
         self._engine: engines.WriterEngine | None = None
         self._since_checkpoint = 0
-        # Episodes handed to the engine (and skipped ones after them), in order, not yet
-        # confirmed; `_handed_items` of theirs, and of the engine's since it opened.
-        self._handed: collections.deque[_Handed] = collections.deque()
-        self._handed_items = 0
-        self._engine_items = 0
         if start.items and len(self.table_names) != 1:
             raise ValueError('Resuming part way through an episode needs exactly one table.')
 
@@ -188,13 +171,11 @@ class EpisodeLoop:
         # An unreadable episode has a problem.
         if problems or isinstance(plan, validation.UnreadableEpisode):
             if self.options.on_invalid is types.ValidationMode.SKIP:
-                self._hand(_Handed(index, 0, 0, self._engine_items, skipped=True))
+                self.stats.skipped_episodes += 1
                 return None
-            self._confirm_handed(index)  # The counts below are then exact.
             raise InvalidEpisodeError(index, problems, episodes_written=self.stats.episodes)
         reason = self.options.item.describe_length_problem(plan.length)
         if reason:
-            self._confirm_handed(index)
             raise EpisodeTooLongError(
                 f'Episode {index}: {reason}. {self.stats.episodes} episode(s) were fully '
                 'written before it.',
@@ -204,12 +185,9 @@ class EpisodeLoop:
         return plan
 
     def _check_room(self, index: int, count: int) -> None:
-        if self.options.allow_eviction or self.items_written + self._handed_items + count <= (
-            self.free_slots
-        ):
-            return
-        self._confirm_handed(index)  # The counts below are then exact.
         written = self.items_written
+        if self.options.allow_eviction or written + count <= self.free_slots:
+            return
         raise TableTooSmallError(
             f'Table(s) {self.table_names} at {self._address} have room for {self.free_slots} '
             f'more item(s) before evicting any; episode {index} would bring this push to '
@@ -238,22 +216,13 @@ class EpisodeLoop:
 
     # --- Writing ---
 
-    def _fail(self, index: int, error: Exception, *, last: int | None = None) -> PushError:
-        """Returns the error of a write failing at episode `index` (`last`: the last episode
-        handed, when the failure came after it), saying what is confirmed and what may not be."""
-        if self._engine is not None:
-            self._settle(self._engine.probe_confirmed())
+    def _fail(self, index: int, error: Exception) -> PushError:
         written = self.stats.episodes
         items = self.items_written
-        last = index if last is None else last
-        first = self._handed[0].episode if self._handed else last  # The first not confirmed.
-        if first >= last:
-            unsure = f'episode {last} may be partly written (its items up to the failure)'
-        else:  # Handed to the writer, not all confirmed when it failed.
-            unsure = f'episodes {first} to {last} may be partly written (not all confirmed)'
         return PushError(
-            f'Push to {self._address} failed at episode {first}: {str(error).rstrip(".")}. '
-            f'{written} episode(s) were fully written ({items} items per table); {unsure}.',
+            f'Push to {self._address} failed at episode {index}: {str(error).rstrip(".")}. '
+            f'{written} episode(s) were fully written ({items} items per table); episode '
+            f'{index} may be partly written (its items up to the failure).',
             episodes_written=written,
             items_written=items,
         )
@@ -282,71 +251,34 @@ class EpisodeLoop:
             if engine is None:
                 table = self.table_names[0]
                 count = write_remaining_items(self.client, table, plan, held, options=self.options)
-                self._count(_Handed(index, plan.length, count, 0))  # Confirmed on return.
-                return
-            count = engine.write_episode(plan)
-            self._engine_items += count
-            self._hand(_Handed(index, plan.length, count, self._engine_items))
+            else:
+                count = engine.write_episode(plan)
         except _WRITE_ERRORS as e:
             raise self._fail(index, e) from e
-
-    def _hand(self, episode: _Handed) -> None:
-        """Holds `episode` until its items are confirmed, then counts it (and any before)."""
-        self._handed.append(episode)
-        self._handed_items += episode.items
-        self._settle(self._engine.confirmed_items if self._engine is not None else 0)
-
-    def _settle(self, confirmed: int | None) -> None:
-        """Counts the episodes whose items are confirmed (all of them for None), in order."""
-        while self._handed and (confirmed is None or self._handed[0].confirmed_at <= confirmed):
-            episode = self._handed.popleft()
-            self._handed_items -= episode.items
-            self._count(episode)
-
-    def _confirm_handed(self, index: int) -> None:
-        """Waits until the server confirms every item handed, and counts their episodes."""
-        if self._engine is None:
-            self._settle(None)  # Skipped episodes only: nothing to confirm.
-            return
-        try:
-            self._engine.confirm()
-        except _WRITE_ERRORS as e:
-            raise self._fail(index, e) from e
-        self._settle(self._engine.confirmed_items)
-
-    def _count(self, episode: _Handed) -> None:
-        if episode.skipped:
-            self.stats.skipped_episodes += 1
-            return
-        self._add_items(episode.items)
+        self._add_items(count)
         self.stats.episodes += 1
-        self.stats.steps += episode.steps
+        self.stats.steps += plan.length
         if self._progress is not None:
-            self._progress(1, episode.steps)
+            self._progress(1, plan.length)
 
     def _add_items(self, count: int) -> None:
         for table in self.table_names:
             self.stats.items[table] += count
 
     def _finish_engine(self, next_index: int) -> None:
-        """Writes what the end of the stream completes, waits until the server confirms every
-        item, counts every episode handed, and lets go of the writer."""
+        """Writes what the end of the stream completes and lets go of the writer."""
         if self._engine is None:
-            self._settle(None)  # Skipped episodes only: nothing to confirm.
             return
         try:
-            tail = self._engine.finish()
+            self._add_items(self._engine.finish())
         except _WRITE_ERRORS as e:
-            raise self._fail(next_index, e, last=next_index - 1) from e
+            raise self._fail(next_index, e) from e
         finally:
             self.close()
-        self._settle(None)
-        self._add_items(tail)
 
     def close(self) -> None:
         """Lets go of the writer (bounded in time); the loop opens a new one if it goes on."""
         engine, self._engine = self._engine, None
-        self._engine_items = 0  # A new engine counts its confirmations from 0.
         if engine is not None:
             engine.close()
 
