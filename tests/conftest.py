@@ -34,7 +34,7 @@ import tensorflow as tf  # noqa: E402
 from rlds_reverb import cli  # noqa: E402
 from rlds_reverb.examples import cartpole  # noqa: E402
 from rlds_reverb.read.loading import load  # noqa: E402
-from tests import ports, reverb_tables, users_data  # noqa: E402
+from tests import ports, reverb_tables, robot_data, users_data  # noqa: E402
 
 # 12 episodes of seed 0: 4 truncated at 500 steps, 8 terminated (returns 19 to 250).
 CARTPOLE_ARGS = {'num_episodes': 12, 'seed': 0, 'episodes_per_shard': 5}
@@ -73,6 +73,14 @@ def users_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
 def users_plain_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
     """`USERS_PLAIN_SPEC` written by TFDS (no images or strings; 3 shuffled shards)."""
     return users_data.write(tmp_path_factory.mktemp('users_plain'), USERS_PLAIN_SPEC)
+
+
+@pytest.fixture(scope='session')
+def robot_dir(tmp_path_factory: pytest.TempPathFactory) -> pathlib.Path:
+    """`robot_data.ROBOT_SPEC` written by TFDS's own writer (one shuffled shard of 120
+    episodes: JPEG and PNG cameras, dict observations, instructions); modules that need
+    another robot layout define their own `robot_dir`."""
+    return robot_data.shared_dir(tmp_path_factory, robot_data.ROBOT_SPEC)
 
 
 @pytest.fixture(scope='session')

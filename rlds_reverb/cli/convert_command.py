@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Callable
 
 from rlds_reverb.cli import common
 
@@ -57,9 +58,9 @@ def _convert_to_lerobot(args: argparse.Namespace) -> int:
     from rlds_reverb.core import types
     from rlds_reverb.export import lerobot
 
-    bar = common.ProgressBar(disable=args.no_progress, unit=' frames')
-    try:
-        stats = lerobot.save_as_lerobot(
+    stats = _run_with_progress(
+        args,
+        lambda progress: lerobot.save_as_lerobot(
             args.source,
             args.out_dir,
             split=args.split,
@@ -74,13 +75,10 @@ def _convert_to_lerobot(args: argparse.Namespace) -> int:
             on_invalid=args.on_invalid,
             min_psnr_db=args.min_psnr,
             overwrite=args.overwrite,
-            progress=bar.update,
-        )
-    except BaseException as error:
-        bar.close()
-        _print_notes(error, args)
-        raise
-    bar.close()
+            progress=progress,
+        ),
+        unit=' frames',
+    )
     kept = (
         f', {stats.resumed_episodes} kept from an interrupted run' if stats.resumed_episodes else ''
     )
@@ -98,11 +96,20 @@ def _convert_to_lerobot(args: argparse.Namespace) -> int:
     return common.EXIT_OK
 
 
-def _print_notes(error: BaseException, args: argparse.Namespace) -> None:
-    # The one-line error report shows the message only: say what landed here.
-    if not args.debug:
-        for note in getattr(error, '__notes__', ()):
-            print(f'rlds-reverb convert: {note}', file=sys.stderr)
+def _run_with_progress(args: argparse.Namespace, save: Callable, *, unit: str = ' steps'):
+    """Returns `save(progress)` run with a progress bar; on an error, says what landed."""
+    bar = common.ProgressBar(disable=args.no_progress, unit=unit)
+    try:
+        result = save(bar.update)
+    except BaseException as error:
+        bar.close()
+        # The one-line error report shows the message only: say what landed here.
+        if not args.debug:
+            for note in getattr(error, '__notes__', ()):
+                print(f'rlds-reverb convert: {note}', file=sys.stderr)
+        raise
+    bar.close()
+    return result
 
 
 def _convert(args: argparse.Namespace) -> int:
@@ -113,9 +120,9 @@ def _convert(args: argparse.Namespace) -> int:
     from rlds_reverb.export import rlds_copy
 
     checks.check_int_at_least(args.episodes_per_shard, 1, argument='--episodes-per-shard')
-    bar = common.ProgressBar(disable=args.no_progress)
-    try:
-        stats = rlds_copy.save_as_rlds(
+    stats = _run_with_progress(
+        args,
+        lambda progress: rlds_copy.save_as_rlds(
             args.source,
             args.out_dir,
             split=args.split,
@@ -125,13 +132,9 @@ def _convert(args: argparse.Namespace) -> int:
             keep_order=not args.unordered,
             overwrite=args.overwrite,
             encoded_frames=common.read_encoded_frames(args),
-            progress=bar.update,
-        )
-    except BaseException as error:
-        bar.close()
-        _print_notes(error, args)
-        raise
-    bar.close()
+            progress=progress,
+        ),
+    )
     print(
         f'Converted {stats.episodes} episodes ({stats.steps} steps) from {args.source} to '
         f'{stats.directory} in {stats.seconds:.2f} s ({stats.steps_per_second:,.0f} steps/s).'

@@ -142,14 +142,23 @@ ALL = 'all'
 
 
 def select_formats(
-    formats: FrameFormats, selection: FrameSelection | None, *, argument: str
+    formats: FrameFormats,
+    selection: FrameSelection | None,
+    *,
+    argument: str,
+    where: str | None = None,
 ) -> dict[str, FrameFormat]:
     """Returns the formats of the fields `selection` names (all of them for 'all').
+
+    The one frame-field selector: for `load(..., encoded_frames=)` (`where` names the
+    source, whose frame fields are its Image features) and for the decoding options of
+    convert, the image transforms and `LearnerDataset` (frame fields of a dataset or table).
 
     Args:
       formats: The frame fields there are.
       selection: 'all', or `/` paths among `formats` (None or `()`: none).
       argument: The argument's name, for the message.
+      where: The source being read, for the message of a load's option.
 
     Raises:
       FrameFieldError: If a path is not among `formats`; lists those that are.
@@ -172,14 +181,25 @@ def select_formats(
         if key not in formats:
             from rlds_reverb.core.errors import FrameFieldError  # Its module loads TensorFlow.
 
-            listed = ', '.join(sorted(formats)) or 'none (no field holds encoded frames)'
-            raise FrameFieldError(
-                f'{argument} names {path!r}, which is not a field holding encoded frames. '
-                f'Frame fields: {listed}. Fields read with load(..., encoded_frames=...) hold '
-                'them; give frame_formats= for a plain tf.data pipeline.'
-            )
+            raise FrameFieldError(_describe_unknown(formats, path, argument, where))
         chosen[key] = formats[key]
     return chosen
+
+
+def _describe_unknown(formats: FrameFormats, path: str, argument: str, where: str | None) -> str:
+    listed = ', '.join(sorted(formats))
+    if where is not None:  # A source's option: its frame fields are Image features.
+        return (
+            f'{where}: {argument} names {path!r}, which is not a frame field (an Image '
+            f'feature of uint8 JPEG or PNG frames) among its step fields. Its frame fields: '
+            f'{listed or "none"}.'
+        )
+    return (
+        f'{argument} names {path!r}, which is not a field holding encoded frames. Frame '
+        f'fields: {listed or "none (no field holds encoded frames)"}. Fields read with '
+        'load(..., encoded_frames=...) hold them; give frame_formats= for a plain tf.data '
+        'pipeline.'
+    )
 
 
 def describe_formats(formats: FrameFormats) -> str:

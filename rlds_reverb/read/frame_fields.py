@@ -18,9 +18,8 @@ from typing import Any
 import numpy as np
 import tensorflow_datasets as tfds
 
-from rlds_reverb.core.errors import FrameFieldError
-from rlds_reverb.core.frames import FrameFormat, join_path
-from rlds_reverb.read.options import ALL_FRAMES, EncodedFrames
+from rlds_reverb.core.frames import FrameFormat, join_path, select_formats
+from rlds_reverb.read.options import EncodedFrames
 
 # Helpers of the package's other modules only: nothing here is public API.
 __all__: list[str] = []
@@ -70,21 +69,7 @@ def choose_encoded(
       >>> choose_encoded('all', {'observation/image': jpeg}, where='my data')
       {'observation/image': jpeg}
     """
-    if encoded_frames is None:
-        return {}
-    if encoded_frames == ALL_FRAMES:
-        return dict(sorted(available.items()))
-    chosen = {}
-    for path in encoded_frames:
-        key = path.strip(_SEPARATOR)
-        if key not in available:
-            listed = ', '.join(sorted(available)) or 'none'
-            raise FrameFieldError(
-                f'{where}: encoded_frames names {path!r}, which is not a frame field (an '
-                f'Image feature of uint8 JPEG or PNG frames) among its step fields. Its '
-                f'frame fields: {listed}.'
-            )
-        chosen[key] = available[key]
+    chosen = select_formats(available, encoded_frames, argument='encoded_frames', where=where)
     return dict(sorted(chosen.items()))
 
 

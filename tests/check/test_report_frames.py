@@ -4,18 +4,12 @@ those of the decoded read, and frame bytes are not counted as strings."""
 from __future__ import annotations
 
 import numpy as np
-import pytest
 
 import rlds_reverb
 from rlds_reverb.check import report
 from tests import robot_data as rd
 
 EPISODES = 6
-
-
-@pytest.fixture(scope='module')
-def robot_dir(tmp_path_factory):
-    return rd.shared_dir(tmp_path_factory, rd.ROBOT_SPEC)
 
 
 def test_encoded_frames_are_reported_as_the_frames_they_decode_to(robot_dir):

@@ -24,11 +24,6 @@ from tests.export.test_export import serve
 EPISODES = 10
 
 
-@pytest.fixture(scope='module')
-def robot_dir(tmp_path_factory):
-    return rd.shared_dir(tmp_path_factory, rd.ROBOT_SPEC)
-
-
 def _by_episode(episodes: tf.data.Dataset) -> dict[float, dict]:
     """Whole episodes' observations (NumPy) by episode index (`state[0]` of every step)."""
     whole = episodes_lib.to_whole_episodes(episodes).as_numpy_iterator()

@@ -36,11 +36,6 @@ def _per_step(signature):
 
 
 @pytest.fixture(scope='module')
-def robot_dir(tmp_path_factory):
-    return rd.shared_dir(tmp_path_factory, rd.ROBOT_SPEC)
-
-
-@pytest.fixture(scope='module')
 def pushed(robot_dir):
     """A server with the same two-step items pushed encoded and decoded; yields
     `(address, item count, decoded data_spec, encoded signature)`."""

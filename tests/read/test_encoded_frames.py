@@ -33,12 +33,6 @@ FORMATS = {
 
 
 @pytest.fixture(scope='module')
-def robot_dir(tmp_path_factory):
-    """`rd.ROBOT_SPEC` written by TFDS's own writer (one shuffled shard of 120 episodes)."""
-    return rd.shared_dir(tmp_path_factory, rd.ROBOT_SPEC)
-
-
-@pytest.fixture(scope='module')
 def missing_frames_dir(tmp_path_factory):
     """`rd.MISSING_SPEC` written by TFDS: every third wrist frame is b''."""
     return rd.shared_dir(tmp_path_factory, rd.MISSING_SPEC)

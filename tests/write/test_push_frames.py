@@ -37,12 +37,6 @@ KINDS = {
 
 
 @pytest.fixture(scope='module')
-def robot_dir(tmp_path_factory):
-    """`rd.ROBOT_SPEC` written by TFDS's own writer (one shuffled shard of 120 episodes)."""
-    return rd.shared_dir(tmp_path_factory, rd.ROBOT_SPEC)
-
-
-@pytest.fixture(scope='module')
 def encoded(robot_dir):
     return rlds_reverb.load(robot_dir, encoded_frames='all').take(EPISODES)
 
