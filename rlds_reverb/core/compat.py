@@ -18,6 +18,7 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
+import numpy as np
 import tensorflow as tf
 from tensorflow.python.data.ops import readers as _tf_readers
 from tensorflow.python.data.ops import unbatch_op as _tf_unbatch_op
@@ -36,6 +37,7 @@ __all__ = [
     'read_tfrecord_file',
     'reverb_checkpoint_protos',
     'stop_resource_tracker',
+    'tensor_to_numpy',
     'unbatch_dense',
     'unbatch_spec',
 ]
@@ -71,6 +73,19 @@ class DeferredDataset(tf.data.Dataset):
 
     def _inputs(self) -> list[tf.data.Dataset]:
         return self._built_inputs()
+
+
+def tensor_to_numpy(tensor: tf.Tensor) -> Any:
+    """Returns an eager tensor's value as `as_numpy_iterator` does: NumPy, arrays read-only.
+
+    `EagerTensor._numpy()` shares the tensor's buffer where it can; the public `.numpy()`
+    copies every array, which for an episode of decoded frames is megabytes a call
+    (`check.validation.read_episodes` iterates episode plans with it).
+    """
+    value = tensor._numpy()
+    if isinstance(value, np.ndarray):
+        value.setflags(write=False)
+    return value
 
 
 def unbatch_spec(spec: tf.TypeSpec) -> tf.TypeSpec:

@@ -170,3 +170,25 @@ def test_an_unreadable_episode_is_a_value_in_its_place(tmp_path):
     assert problem.hint.startswith(Rule.READABLE.hint)
     with pytest.raises(dataclasses.FrozenInstanceError):
         unreadable.index = 0
+
+
+def test_read_episodes_yields_what_as_numpy_iterator_yields():
+    from rlds_reverb.check import validation
+    from rlds_reverb.transform import items, plans
+
+    episodes = builders.case_dataset([{'length': n} for n in (1, 3, 4)])
+    plan_data = plans.make_episode_plans(episodes, items.TwoStep())
+    got = [plan for _, plan in validation.read_episodes(plan_data)]
+    want = list(plan_data.as_numpy_iterator())
+    assert len(got) == len(want) == 3
+    for g, w in zip(got, want, strict=True):
+        assert type(g) is type(w) and g.priorities == w.priorities == ()
+        tf.nest.assert_same_structure(g, w)
+        for a, b in zip(tf.nest.flatten(g), tf.nest.flatten(w), strict=True):
+            np.testing.assert_array_equal(a, b)
+            assert np.asarray(a).dtype == np.asarray(b).dtype
+    # Elements that are not plain tensors (ragged here) take tf.data's own path.
+    ragged = tf.data.Dataset.from_tensors(tf.ragged.constant([[1], [2, 3]]))
+    ((_, value),) = list(validation.read_episodes(ragged))
+    (want_ragged,) = list(ragged.as_numpy_iterator())
+    assert type(value) is type(want_ragged) and str(value) == str(want_ragged)

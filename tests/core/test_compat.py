@@ -186,3 +186,17 @@ def test_a_failed_op_status_becomes_an_exception_in_a_recognized_constructor():
     assert 'OutOfRangeError.__init__' in _record_status_conversions(end_in_a_function)
     assert not compat.is_converting_tf_status(_sys._getframe())  # noqa: SLF001
     assert not compat.is_converting_tf_status(None)
+
+
+def test_tensor_to_numpy_gives_what_as_numpy_iterator_gives():
+    element = {
+        'frames': tf.constant([b'\x00a', b'b\x00']),
+        'x': tf.range(3),
+        's': tf.constant(b'z'),
+    }
+    want = next(tf.data.Dataset.from_tensors(element).as_numpy_iterator())
+    got = {k: compat.tensor_to_numpy(v) for k, v in element.items()}
+    assert got['s'] == want['s'] == b'z'
+    for key in ('frames', 'x'):
+        np.testing.assert_array_equal(got[key], want[key])
+        assert got[key].dtype == want[key].dtype and not got[key].flags.writeable
