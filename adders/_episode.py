@@ -17,7 +17,7 @@ from typing import NamedTuple
 
 import tensorflow as tf
 
-from rlds_reverb.core import episodes, types
+from rlds_reverb.core import compat, episodes, types
 from rlds_reverb.core.frames import FrameFormat
 
 
@@ -139,6 +139,7 @@ def map_episodes(
     *,
     episodes_per_call: int = 1,
     autograph: bool = False,
+    single_threaded: bool = False,
     frames_fn: FramesFn | None = None,
 ) -> tf.data.Dataset:
     """Applies `fn` to whole episodes, `episodes_per_call` at a time, keeping their order.
@@ -149,7 +150,9 @@ def map_episodes(
     have no Python control flow on tensors, so autograph (slow to trace) is off unless
     asked for, as it must be around user code such as a value function (then only what
     `fn` calls unmarked is converted: mark the toolkit's own functions with
-    `episodes.without_autograph`).
+    `episodes.without_autograph`). `single_threaded` runs each call's ops one after
+    another on the calling thread (`compat.map_single_threaded`: less CPU per call for
+    functions of many small ops; `fn` must hold no TF1 control flow).
 
     An RLDS dataset with encoded frames (`episodes.find_frame_formats`) keeps their formats,
     with those of the fields `fn` adds (`frames_fn`: the output's formats from the input's).
@@ -182,14 +185,19 @@ def map_episodes(
         out = fn(flat, get_split_bounds(flat[types.IS_TERMINAL], splits))
         return _put(element, tf.nest.map_structure(unflatten, out))
 
+    def _map(data: tf.data.Dataset, on_element) -> tf.data.Dataset:
+        mapper = compat.map_single_threaded if single_threaded else tf.data.Dataset.map
+        return mapper(
+            data,
+            maybe_convert(on_element),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+
     if episodes_per_call == 1:
-        dataset = dataset.map(
-            maybe_convert(_on_one), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
-        )
+        dataset = _map(dataset, _on_one)
     else:
-        dataset = dataset.ragged_batch(episodes_per_call).map(
-            maybe_convert(_on_batch), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
-        )
+        dataset = _map(dataset.ragged_batch(episodes_per_call), _on_batch)
         # Unbatched ragged leaves have rank-0 ragged specs; a map turns them into tensors.
         dataset = dataset.unbatch()
         if not rlds:

@@ -174,6 +174,8 @@ def chunks(
             dataset,
             lambda steps, bounds: compute_chunks(steps, bounds, options),
             episodes_per_call=episodes_per_call,
+            # Some 25 small ops a call, no control flow: one thread runs them for less.
+            single_threaded=True,
         )
 
     return _transform
