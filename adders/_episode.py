@@ -11,13 +11,14 @@ A transform accepts two forms of episode datasets and returns the form it was gi
 
 from __future__ import annotations
 
+import enum
 import warnings
 from collections.abc import Callable, Iterable
 from typing import NamedTuple
 
 import tensorflow as tf
 
-from rlds_reverb.core import episodes, types
+from rlds_reverb.core import compat, episodes, sources, types
 from rlds_reverb.core.frames import FrameFormat
 
 
@@ -103,6 +104,22 @@ class Bounds(NamedTuple):
     terminal: tf.Tensor
 
 
+class Stage(enum.Enum):
+    """Where `map_episodes` calls its function.
+
+    OWN_MAP: a `tf.data` map of its own (the default).
+    SOURCE_MAP: inside the per-episode map of the input's source (`episodes.find_source`:
+      what `load` and the adders return; `sources.StageMappedSource`) when it has one and
+      one episode is processed per call, else a map of its own whose calls run their ops
+      on one thread (`compat.map_single_threaded`). For a function of many small ops and
+      no TF1 control flow: a stage, and the handing of ops between threads, cost about
+      as much per episode as short episodes' own work. Not with `autograph`.
+    """
+
+    OWN_MAP = 'own_map'
+    SOURCE_MAP = 'source_map'
+
+
 BoundedStepsFn = Callable[[types.Step, Bounds], types.Step]
 # The frame formats of a transform's output from its input's (fields it adds).
 FramesFn = Callable[[dict[str, FrameFormat]], dict[str, FrameFormat]]
@@ -139,6 +156,7 @@ def map_episodes(
     *,
     episodes_per_call: int = 1,
     autograph: bool = False,
+    stage: Stage = Stage.OWN_MAP,
     frames_fn: FramesFn | None = None,
 ) -> tf.data.Dataset:
     """Applies `fn` to whole episodes, `episodes_per_call` at a time, keeping their order.
@@ -149,7 +167,7 @@ def map_episodes(
     have no Python control flow on tensors, so autograph (slow to trace) is off unless
     asked for, as it must be around user code such as a value function (then only what
     `fn` calls unmarked is converted: mark the toolkit's own functions with
-    `episodes.without_autograph`).
+    `episodes.without_autograph`). `stage` says where `fn` runs (`Stage`).
 
     An RLDS dataset with encoded frames (`episodes.find_frame_formats`) keeps their formats,
     with those of the fields `fn` adds (`frames_fn`: the output's formats from the input's).
@@ -163,6 +181,12 @@ def map_episodes(
     formats = episodes.find_frame_formats(dataset)
     if frames_fn is not None:
         formats = frames_fn(formats)
+    in_source = stage is Stage.SOURCE_MAP and not autograph
+    source = episodes.find_source(dataset)
+    if in_source and source is not None and episodes_per_call == 1:
+        # Inside the source's own per-episode map (its decoding): one stage fewer.
+        fused = sources.StageMappedSource(source, lambda e: _put_steps(e, fn, get_bounds))
+        return episodes.from_source(fused, frame_formats=formats)
     if rlds:
         dataset = episodes.to_whole_episodes(dataset)
 
@@ -182,20 +206,31 @@ def map_episodes(
         out = fn(flat, get_split_bounds(flat[types.IS_TERMINAL], splits))
         return _put(element, tf.nest.map_structure(unflatten, out))
 
+    def _map(data: tf.data.Dataset, on_element) -> tf.data.Dataset:
+        mapper = compat.map_single_threaded if in_source else tf.data.Dataset.map
+        return mapper(
+            data,
+            maybe_convert(on_element),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+
     if episodes_per_call == 1:
-        dataset = dataset.map(
-            maybe_convert(_on_one), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
-        )
+        dataset = _map(dataset, _on_one)
     else:
-        dataset = dataset.ragged_batch(episodes_per_call).map(
-            maybe_convert(_on_batch), num_parallel_calls=tf.data.AUTOTUNE, deterministic=True
-        )
+        dataset = _map(dataset.ragged_batch(episodes_per_call), _on_batch)
         # Unbatched ragged leaves have rank-0 ragged specs; a map turns them into tensors.
         dataset = dataset.unbatch()
         if not rlds:
             dataset = dataset.map(episodes.without_autograph(lambda element: element))
     # RLDS out, its tensor form remembered: a next adder or push skips the nested steps.
     return episodes.from_whole_episodes(dataset, frame_formats=formats) if rlds else dataset
+
+
+def _put_steps(episode: dict, fn: BoundedStepsFn, get_bounds: Callable) -> dict:
+    """Returns a whole episode with `fn` applied to its steps (with their `Bounds`)."""
+    steps = episode[types.STEPS]
+    return {**episode, types.STEPS: fn(steps, get_bounds(steps))}
 
 
 def _flatten_episodes(batch: types.Step):

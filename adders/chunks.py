@@ -136,7 +136,8 @@ def chunks(
 
     Each step keeps its fields; history fields become `[W, ...]`, chunk fields `[H, ...]`,
     and `history_is_pad`, `chunk_is_pad`, `chunk_is_truncated`, `chunk_is_terminated` are
-    added (see the module docstring). One gather per leaf, per episode.
+    added (see the module docstring). One gather per leaf, per episode, made in the
+    per-episode map of the input's source when it has one (what `load` returns).
 
     Example:
       >>> windows = episodes.apply(adders.chunks(2, 8, final_action='recorded'))
@@ -174,6 +175,8 @@ def chunks(
             dataset,
             lambda steps, bounds: compute_chunks(steps, bounds, options),
             episodes_per_call=episodes_per_call,
+            # Some 25 small ops a call, no control flow: in the source's decoding map.
+            stage=_episode.Stage.SOURCE_MAP,
         )
 
     return _transform

@@ -23,8 +23,12 @@ and, on the same episodes held in memory (no read timed), two references:
 - NumPy: Octo-style index arithmetic per episode (one `[T, W]` and one `[T, H]` gather).
 
 The issue's target: windowed throughput at least 0.8x the unwindowed rate on the same data.
+Each timing includes the pipeline's set-up (tracing, the iterator's graph rewrites): on
+vector data it is a large part of one read; `--passes N` reads the data N times per timing
+(one set-up), which weighs the per-step rate more.
+
 Run: `.venv/bin/python -m benchmarks.chunks [--layouts ...] [--history 2] [--horizon 8]
-[--rounds 5] [--data-dir DIR]`.
+[--rounds 5] [--passes N] [--data-dir DIR]`.
 """
 
 from __future__ import annotations
@@ -142,7 +146,7 @@ def _describe(steps: int, timing: Timing) -> str:
 def run_layout(name: str, args: argparse.Namespace, data_dir: pathlib.Path) -> None:
     """Times `load -> consume` against `load -> chunks -> consume` on one layout."""
     directory = os.fspath(disk.write_dataset(data_dir, name))
-    layout, passes = disk._LAYOUTS[name], _PASSES[name]
+    layout, passes = disk._LAYOUTS[name], args.passes or _PASSES[name]
     steps = layout.steps * passes
     print(
         f'{name}: {layout.steps:,} steps ({layout.episode_length}-step episodes) written by '
@@ -228,6 +232,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument('--rounds', type=int, default=5, help='alternated rounds')
     parser.add_argument(
         '--consume', choices=list(_CONSUMERS), default='sum', help='read every value, or none'
+    )
+    parser.add_argument(
+        '--passes', type=int, help='reads of the dataset per timing (default: 1, images 10)'
     )
     parser.add_argument('--python-share', type=int, default=10, help='%% of episodes, Python')
     parser.add_argument('--data-dir', type=pathlib.Path, help='the dataset cache')

@@ -17,6 +17,8 @@ Kinds:
 
 * `MappedSource` (here): another source's episodes, each changed by a map (the step fields
   a reader's own source cannot prune, a filled discount); selections go to the inner source.
+* `StageMappedSource` (here): the same, `fn` applied inside the inner source's own
+  per-episode map (`read_mapped`: one `tf.data` stage fewer; an adder's output).
 
 Selecting. A selection is a value (`Take`, `Skip`, `Shard`), and what an index-based
 reader keeps of its episodes is one too: an `IndexSelection` (how many episodes, and the
@@ -51,8 +53,10 @@ __all__ = [
     'Selection',
     'Shard',
     'Skip',
+    'StageMappedSource',
     'Take',
     'apply_selections',
+    'compose_episode_fns',
 ]
 
 # A count or index as tf.data takes it: a Python int or a scalar int64 tensor.
@@ -258,6 +262,25 @@ class EpisodeSource(abc.ABC):
     def select(self, selection: Selection) -> EpisodeSource:
         """Returns the source of the episodes `selection` keeps of this source's (in order)."""
 
+    def read_mapped(self, fn: Callable[[dict], dict]) -> tf.data.Dataset:
+        """Returns `read()`'s episodes, each changed by `fn` (in graph, no autograph).
+
+        A source that reads through a per-episode map of its own calls `fn` inside it: a
+        `tf.data` stage costs about as much per episode as a short episode's own work.
+        """
+        return self.read().map(fn, num_parallel_calls=tf.data.AUTOTUNE, deterministic=True)
+
+
+def compose_episode_fns(*fns: Callable[[dict], dict]) -> Callable[[dict], dict]:
+    """Returns the function applying `fns` to an episode in turn, unconverted by autograph."""
+
+    def _composed(episode: dict) -> dict:
+        for fn in fns:
+            episode = fn(episode)
+        return episode
+
+    return tf.autograph.experimental.do_not_convert(_composed)
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class DatasetSource(EpisodeSource):
@@ -283,6 +306,15 @@ class DatasetSource(EpisodeSource):
     def select(self, selection: Selection) -> DatasetSource:
         return dataclasses.replace(self, episodes=apply_selections(self.episodes, [selection]))
 
+    def read_mapped(self, fn: Callable[[dict], dict]) -> tf.data.Dataset:
+        if self.decode is None:
+            return super().read_mapped(fn)
+        return self.episodes.map(
+            compose_episode_fns(self.decode, fn),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
+
 
 @dataclasses.dataclass(frozen=True, eq=False)
 class MappedSource(EpisodeSource):
@@ -303,3 +335,33 @@ class MappedSource(EpisodeSource):
 
     def select(self, selection: Selection) -> MappedSource:
         return dataclasses.replace(self, inner=self.inner.select(selection))
+
+    def read_mapped(self, fn: Callable[[dict], dict]) -> tf.data.Dataset:
+        return self.inner.read_mapped(compose_episode_fns(self.fn, fn))
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class StageMappedSource(EpisodeSource):
+    """Another source's episodes, each changed by `fn` inside the inner source's own map.
+
+    What an adder returns for a source's episodes: the same episodes as `MappedSource`'s,
+    one `tf.data` stage fewer (`inner.read_mapped`). Readers that look through
+    `MappedSource`s for the source's records or metadata do not look through this one.
+
+    Fields:
+      inner: The source of the episodes.
+      fn: Called on each whole episode after it is read (and selected); traced without
+        autograph.
+    """
+
+    inner: EpisodeSource
+    fn: Callable[[dict], dict]
+
+    def read(self) -> tf.data.Dataset:
+        return self.inner.read_mapped(self.fn)
+
+    def select(self, selection: Selection) -> StageMappedSource:
+        return dataclasses.replace(self, inner=self.inner.select(selection))
+
+    def read_mapped(self, fn: Callable[[dict], dict]) -> tf.data.Dataset:
+        return self.inner.read_mapped(compose_episode_fns(self.fn, fn))

@@ -16,7 +16,8 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 import adders
-from rlds_reverb.core import types
+from rlds_reverb.core import episodes as episodes_lib
+from rlds_reverb.core import sources, types
 from rlds_reverb.read.loading import load
 from tests import builders, chunk_references, expected
 from tests.cases import chunk_cases
@@ -285,6 +286,21 @@ def test_chunks_on_data_written_by_tfds(users_dir):
     assert any(len(steps[types.IS_FIRST]) > 5 for steps in given_steps)
     for steps, raw in zip(out, given_steps, strict=True):
         assert_same(steps, chunk_references.reference_chunks(raw, 3, 5))
+
+
+def test_chunks_of_a_source_run_in_its_decoding_map_and_select_from_it(users_dir):
+    # What `load` returns has a source: the chunks are made in its own per-episode map, and
+    # `take`/`skip` of the output select the source's records (nothing else decoded).
+    chunked = load(users_dir).apply(adders.chunks(2, 3, final_action='recorded'))
+    assert isinstance(episodes_lib.find_source(chunked), sources.StageMappedSource)
+    selected = builders.read_episodes(chunked.skip(3).take(4))
+    from_tensors = episodes_lib.to_episode_tensors(load(users_dir)).skip(3).take(4)
+    unfused = builders.read_episodes(
+        from_tensors.apply(adders.chunks(2, 3, final_action='recorded'))
+    )
+    assert len(selected) == len(unfused) == 4
+    for got, want in zip(selected, unfused, strict=True):
+        assert_same(got, want)
 
 
 # --- Errors ------------------------------------------------------------------------------

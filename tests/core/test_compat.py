@@ -64,6 +64,28 @@ def test_unbatch_dense_equals_unbatch():
         np.testing.assert_array_equal(x['b'], y['b'])
 
 
+def test_map_single_threaded_equals_map_and_runs_ops_in_turn():
+    numbers = tf.data.Dataset.range(20)
+
+    def _fn(x):
+        return {'square': x * x, 'sum': tf.reduce_sum(tf.range(x))}
+
+    ours = compat.map_single_threaded(numbers, _fn, num_parallel_calls=4, deterministic=True)
+    assert ours.element_spec == numbers.map(_fn).element_spec
+    assert list(ours.as_numpy_iterator()) == list(numbers.map(_fn).as_numpy_iterator())
+
+    @tf.function
+    def _attribute():
+        mapped = compat.map_single_threaded(numbers, _fn, num_parallel_calls=2, deterministic=True)
+        op = mapped._variant_tensor.op  # noqa: SLF001
+        assert op.type == 'ParallelMapDatasetV2'
+        assert op.get_attr('use_inter_op_parallelism') is False
+        assert op.get_attr('deterministic') == b'true'
+        return 0
+
+    _attribute()
+
+
 @pytest.fixture
 def record_file(tmp_path):
     path = str(tmp_path / 'records.tfrecord')

@@ -96,3 +96,42 @@ def test_a_mapped_source_selects_from_its_inner_source():
     assert np.array_equal(
         [s['x'] for e in selected for s in e['steps'].as_numpy_iterator()], [30, 30, 50, 50]
     )
+
+
+def _read_x(dataset: tf.data.Dataset) -> list[list[int]]:
+    return [e['steps']['x'].tolist() for e in dataset.as_numpy_iterator()]
+
+
+def test_read_mapped_gives_reads_episodes_changed_by_fn():
+    whole = tf.data.Dataset.range(4).map(lambda i: {'steps': {'x': tf.fill([2], i)}})
+
+    def _add_one(e):
+        return {'steps': {'x': e['steps']['x'] + 1}}
+
+    def _double(e):
+        return {'steps': {'x': e['steps']['x'] * 2}}
+
+    plain = sources.DatasetSource(whole)
+    decoded = sources.DatasetSource(whole, decode=_double)
+    mapped = sources.MappedSource(decoded, _add_one)
+    for source in (plain, decoded, mapped):
+        assert _read_x(source.read_mapped(_add_one)) == _read_x(source.read().map(_add_one))
+    assert _read_x(mapped.read_mapped(_double)) == [[2, 2], [6, 6], [10, 10], [14, 14]]
+
+
+def test_a_stage_mapped_source_maps_in_its_inner_sources_map_and_selects_from_it():
+    whole = tf.data.Dataset.range(6).map(lambda i: {'steps': {'x': tf.fill([2], i)}})
+    inner = sources.DatasetSource(whole, decode=lambda e: {'steps': {'x': e['steps']['x'] + 1}})
+    staged = sources.StageMappedSource(inner, lambda e: {'steps': {'x': e['steps']['x'] * 10}})
+    # Selections go to the inner source; the decode and fn run in one map (one stage).
+    selected = episodes_lib.from_source(staged).skip(2).shard(2, 1)
+    source = episodes_lib.find_source(selected)
+    assert isinstance(source, sources.StageMappedSource)
+    assert isinstance(source.inner, sources.DatasetSource)
+    assert _read_x(selected.whole_episodes) == [[40, 40], [60, 60]]
+    assert np.array_equal(
+        [s['x'] for e in selected for s in e['steps'].as_numpy_iterator()], [40, 40, 60, 60]
+    )
+    again = sources.StageMappedSource(staged, lambda e: {'steps': {'x': e['steps']['x'] - 1}})
+    assert _read_x(again.read()) == [[9, 9], [19, 19], [29, 29], [39, 39], [49, 49], [59, 59]]
+    assert _read_x(again.read()) == _read_x(staged.read().map(again.fn))
