@@ -142,17 +142,12 @@ ALL = 'all'
 
 
 def select_formats(
-    formats: FrameFormats,
-    selection: FrameSelection | None,
-    *,
-    argument: str,
-    where: str | None = None,
+    formats: FrameFormats, selection: FrameSelection | None, *, argument: str, where=None
 ) -> dict[str, FrameFormat]:
     """Returns the formats of the fields `selection` names (all of them for 'all').
 
-    The one frame-field selector: for `load(..., encoded_frames=)` (`where` names the
-    source, whose frame fields are its Image features) and for the decoding options of
-    convert, the image transforms and `LearnerDataset` (frame fields of a dataset or table).
+    The one frame-field selector: of a source's Image features for `load(...,
+    encoded_frames=)` (`where` names it), of a dataset's or table's frame fields else.
 
     Args:
       formats: The frame fields there are.
@@ -187,18 +182,16 @@ def select_formats(
 
 
 def _describe_unknown(formats: FrameFormats, path: str, argument: str, where: str | None) -> str:
-    listed = ', '.join(sorted(formats))
+    listed = ', '.join(sorted(formats)) or 'none'
     if where is not None:  # A source's option: its frame fields are Image features.
         return (
-            f'{where}: {argument} names {path!r}, which is not a frame field (an Image '
-            f'feature of uint8 JPEG or PNG frames) among its step fields. Its frame fields: '
-            f'{listed or "none"}.'
+            f'{where}: {argument} names {path!r}, which is not a frame field (an Image feature '
+            f'of uint8 JPEG or PNG frames) among its step fields. Its frame fields: {listed}.'
         )
     return (
-        f'{argument} names {path!r}, which is not a field holding encoded frames. Frame '
-        f'fields: {listed or "none (no field holds encoded frames)"}. Fields read with '
-        'load(..., encoded_frames=...) hold them; give frame_formats= for a plain tf.data '
-        'pipeline.'
+        f'{argument} names {path!r}, which is not a field holding encoded frames. Frame fields: '
+        f'{listed}. Fields read with load(..., encoded_frames=...) hold them; give '
+        'frame_formats= for a plain tf.data pipeline.'
     )
 
 
