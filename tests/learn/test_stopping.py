@@ -111,6 +111,7 @@ def test_releasing_an_iterator_held_back_by_the_limiter_is_quick(address):
     assert time.monotonic() - asked < _STOP_S
 
 
+@pytest.mark.slow  # About 35 s: its last check waits for the limiter's next batch (16 s).
 def test_stop_ends_an_iterator_blocked_in_next_by_the_limiter(address):
     learner = _learner(address)
     iterator = iter(learner.as_dataset())
