@@ -10,6 +10,7 @@ from the window's last row, chunk items give the history and the chunk different
 from __future__ import annotations
 
 import abc
+from collections.abc import Callable
 
 import tensorflow as tf
 import tree
@@ -69,6 +70,21 @@ class ItemKind(abc.ABC):
         if self.squeeze:
             return tree.map_structure(lambda column: column[first], columns)
         return tree.map_structure(lambda column: column[first : stop or None], columns)
+
+    def make_flat_referencer(self, columns: types.Nest) -> Callable[[int, int], list]:
+        """Returns `fn(first, stop)`: `reference_item(columns, first, stop)` flat, in
+        `tree.flatten`'s order (what a writer's `create_item` flattens it to).
+
+        The writer's columns are fixed for a stream, so the item's layout is worked out
+        once, not nested and flattened again for every item (an n-step push spent most of
+        its Python time there). Kinds that override `reference_item` get it flattened.
+        """
+        if type(self).reference_item is not ItemKind.reference_item:
+            return lambda first, stop: tree.flatten(self.reference_item(columns, first, stop))
+        flat = tree.flatten(columns)
+        if self.squeeze:
+            return lambda first, stop: [column[first] for column in flat]
+        return lambda first, stop: [column[first : stop or None] for column in flat]
 
     def gather_items(self, rows: types.Nest, starts: tf.Tensor, sizes: tf.Tensor) -> types.Nest:
         """Returns the items as one batch, as the writer references them: `[N, span, ...]`

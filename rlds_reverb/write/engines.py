@@ -255,6 +255,8 @@ class StructuredEngine(_Engine):
 class TrajectoryEngine(_Engine):
     """Appends rows to a `TrajectoryWriter` and creates each item as a slice of them."""
 
+    _reference: Callable[[int, int], list]  # The item of rows [first, stop), flat.
+
     def __init__(
         self,
         client: reverb.Client,
@@ -308,6 +310,7 @@ class TrajectoryEngine(_Engine):
         if not self._columns:
             self._columns = tree.flatten(self._writer.history)
             self._history = tree.unflatten_as(self._structure, self._columns)
+            self._reference = self._item.make_flat_referencer(self._history)
             self._chunk_small_columns(row)
         self._appended += 1
         if self._schedule.is_due(self._appended):
@@ -316,7 +319,7 @@ class TrajectoryEngine(_Engine):
     def _create_item(self, start: int, size: int, priority: float | None) -> None:
         # Relative (negative) indices: history slices ending at the newest row need them.
         first, stop = start - self._appended, start + size - self._appended
-        trajectory = self._item.reference_item(self._history, first, stop)
+        trajectory = self._reference(first, stop)  # Flat: what `create_item` flattens to.
         for table in self._tables:
             self._writer.create_item(table, priority, trajectory)
         self._created += 1
