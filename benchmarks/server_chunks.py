@@ -38,6 +38,7 @@ import tensorflow as tf
 import rlds_reverb
 from benchmarks import image_data
 from rlds_reverb import items, tables
+from rlds_reverb.core import compat
 
 _ITEMS = {'two-step': items.TwoStep(), 'n-step': items.NStep(3, 0.99)}
 _FRAME_ROW_BYTES = 2000  # Rows larger than this are frames (JPEG: ~4.5 to 17 KB).
@@ -57,36 +58,6 @@ server.stop()
 """
 
 
-def _read_varint(buffer: bytes, at: int) -> tuple[int, int]:
-    value = shift = 0
-    while True:
-        byte = buffer[at]
-        at += 1
-        value |= (byte & 0x7F) << shift
-        shift += 7
-        if not byte & 0x80:
-            return value, at
-
-
-def _read_fields(buffer: bytes):
-    """Yields (field number, value) of a serialized protocol buffer (bytes for messages)."""
-    at = 0
-    while at < len(buffer):
-        key, at = _read_varint(buffer, at)
-        number, wire = key >> 3, key & 7
-        if wire == 0:
-            value, at = _read_varint(buffer, at)
-        elif wire == 2:
-            size, at = _read_varint(buffer, at)
-            value, at = buffer[at : at + size], at + size
-        elif wire in (1, 5):
-            size = 8 if wire == 1 else 4
-            value, at = buffer[at : at + size], at + size
-        else:
-            raise ValueError(f'wire type {wire} is not read here')
-        yield number, value
-
-
 def _records(path: pathlib.Path):
     return tf.data.TFRecordDataset(str(path), compression_type='ZLIB').as_numpy_iterator()
 
@@ -96,10 +67,10 @@ def count_chunks(checkpoint: pathlib.Path) -> dict:
     counts: collections.Counter = collections.Counter()
     sizes: collections.Counter = collections.Counter()
     lengths: collections.Counter = collections.Counter()
+    _, schema = compat.reverb_checkpoint_protos()
     for record in _records(checkpoint / 'chunks.tfrecord'):
-        fields = dict(_read_fields(record))
-        sequence = dict(_read_fields(fields[2]))  # SequenceRange: start 2, end 3.
-        rows = sequence.get(3, 0) - sequence.get(2, 0) + 1
+        sequence = schema.ChunkData.FromString(record).sequence_range
+        rows = sequence.end - sequence.start + 1
         kind = 'frame' if len(record) / rows > _FRAME_ROW_BYTES else 'small'
         counts[kind] += 1
         sizes[kind] += len(record)
@@ -109,14 +80,14 @@ def count_chunks(checkpoint: pathlib.Path) -> dict:
 
 def count_items(checkpoint: pathlib.Path) -> dict:
     """Items of a Reverb checkpoint (`PrioritizedItem`): count, mean bytes, columns, slices."""
+    _, schema = compat.reverb_checkpoint_protos()
     count = size = columns = slices = 0
     for record in _records(checkpoint / 'items.tfrecord'):
         count += 1
         size += len(record)
-        trajectory = next(value for number, value in _read_fields(record) if number == 8)
-        for _, column in _read_fields(trajectory):
-            columns += 1
-            slices += sum(1 for number, _ in _read_fields(column) if number == 1)
+        trajectory = schema.PrioritizedItem.FromString(record).flat_trajectory
+        columns += len(trajectory.columns)
+        slices += sum(len(column.chunk_slices) for column in trajectory.columns)
     per = max(count, 1)
     return {'items': count, 'bytes': size / per, 'columns': columns / per, 'slices': slices / per}
 

@@ -11,6 +11,7 @@ import pytest
 import tree
 
 from rlds_reverb.core import types
+from rlds_reverb.read import frame_fields
 from rlds_reverb.transform import items
 
 _ROWS = 12
@@ -23,14 +24,7 @@ def _columns() -> dict:
         name: np.array([(index, row) for row in range(_ROWS)], dtype=object)
         for index, name in enumerate(_NAMES)
     }
-    nested: dict = {}
-    for name, column in leaves.items():
-        *parents, last = name.split('/')
-        place = nested
-        for parent in parents:
-            place = place.setdefault(parent, {})
-        place[last] = column
-    return nested
+    return frame_fields.merge_fields({}, leaves)
 
 
 def _nested_item(item, columns, first: int, stop: int):
