@@ -278,7 +278,6 @@ class TrajectoryEngine(_Engine):
         self._timeout_ms = timeout_ms
         self._stream = item.stream_window  # Windows across episodes (CONTINUE), if any.
         self._columns: list[Any] = []  # The writer's history columns, from the first row.
-        self._history: types.Nest = None  # The same columns, in the rows' nest.
         self._structure: types.Nest = None  # The rows' nest (from the first plan).
         self._appended = 0  # Rows appended since the writer's buffers were last cleared.
         self._last_row: list[np.ndarray] | None = None
@@ -309,8 +308,8 @@ class TrajectoryEngine(_Engine):
         self._writer.append(row)
         if not self._columns:
             self._columns = tree.flatten(self._writer.history)
-            self._history = tree.unflatten_as(self._structure, self._columns)
-            self._reference = self._item.make_flat_referencer(self._history)
+            history = tree.unflatten_as(self._structure, self._columns)  # The rows' nest.
+            self._reference = self._item.make_flat_referencer(history)
             self._chunk_small_columns(row)
         self._appended += 1
         if self._schedule.is_due(self._appended):
