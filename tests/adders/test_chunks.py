@@ -337,3 +337,21 @@ def test_chunks_refuse_to_run_twice():
     once = builders.dataset([builders.episode(3)], 'tensors').apply(adders.chunks(2, 2))
     with pytest.raises(ValueError, match=r'chunks adds step field\(s\) \[.history_is_pad'):
         once.apply(adders.chunks(2, 2, history_fields=(), chunk_fields=()))
+
+
+def test_the_benchmark_floor_makes_what_chunks_makes(users_dir):
+    """`benchmarks.chunks`' floor stands for chunks' output: same fields, shapes, dtypes."""
+    from benchmarks import chunks as chunks_benchmark
+
+    source = load(users_dir).take(3)
+    made = {
+        name: episodes_lib.to_episode_tensors(source.apply(transform))
+        for name, transform in (
+            ('chunks', adders.chunks(2, 8)),
+            ('floor', chunks_benchmark.make_window_sized_zeros(2, 8)),
+        )
+    }
+    assert made['floor'].element_spec == made['chunks'].element_spec
+    for chunked, zeros in zip(*made.values(), strict=True):
+        shapes = tf.nest.map_structure(lambda x: x.shape, chunked)
+        assert tf.nest.map_structure(lambda x: x.shape, zeros) == shapes
