@@ -17,8 +17,8 @@ Kinds:
 
 * `MappedSource` (here): another source's episodes, each changed by a map (the step fields
   a reader's own source cannot prune, a filled discount); selections go to the inner source.
-* `StageMappedSource` (here): the same, `fn` applied inside the inner source's own
-  per-episode map (`read_mapped`: one `tf.data` stage fewer; an adder's output).
+* `StageMappedSource` (here): a `MappedSource` whose map runs inside the inner source's
+  own per-episode map (`read_mapped`: one `tf.data` stage fewer; an adder's output).
 
 Selecting. A selection is a value (`Take`, `Skip`, `Shard`), and what an index-based
 reader keeps of its episodes is one too: an `IndexSelection` (how many episodes, and the
@@ -341,12 +341,13 @@ class MappedSource(EpisodeSource):
 
 
 @dataclasses.dataclass(frozen=True, eq=False)
-class StageMappedSource(EpisodeSource):
-    """Another source's episodes, each changed by `fn` inside the inner source's own map.
+class StageMappedSource(MappedSource):
+    """A `MappedSource` whose `fn` runs inside the inner source's own per-episode map.
 
-    What an adder returns for a source's episodes: the same episodes as `MappedSource`'s,
-    one `tf.data` stage fewer (`inner.read_mapped`). Readers that look through
-    `MappedSource`s for the source's records or metadata do not look through this one.
+    What an adder returns for a source's episodes: the same episodes, one `tf.data` stage
+    fewer (`inner.read_mapped`). A `MappedSource` still, so readers that look through maps
+    for the source's records or metadata (the memory-bounded shuffle, LeRobot metadata)
+    see through it and apply `fn` themselves.
 
     Fields:
       inner: The source of the episodes.
@@ -354,14 +355,6 @@ class StageMappedSource(EpisodeSource):
         autograph.
     """
 
-    inner: EpisodeSource
-    fn: Callable[[dict], dict]
-
     def read(self) -> tf.data.Dataset:
+        """Returns the inner source's episodes, `fn` applied in its own map (one stage)."""
         return self.inner.read_mapped(self.fn)
-
-    def select(self, selection: Selection) -> StageMappedSource:
-        return dataclasses.replace(self, inner=self.inner.select(selection))
-
-    def read_mapped(self, fn: Callable[[dict], dict]) -> tf.data.Dataset:
-        return self.inner.read_mapped(compose_episode_fns(self.fn, fn))

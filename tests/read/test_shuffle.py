@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+import adders
 import rlds_reverb
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import errors, sources, types
@@ -219,3 +220,20 @@ def test_maps_over_the_source_are_applied_to_the_shuffled_episodes(robot_dir):
             rewards.pop(int(e[rd.METADATA][rd.EPISODE_ID])), e[types.STEPS][types.REWARD] + 1.0
         )
     assert not rewards
+
+
+def test_an_adders_output_on_the_records_is_shuffled_with_the_adder_applied(robot_dir):
+    # An adder made in the read's own map (a StageMappedSource) is a map over the records:
+    # the shuffle reads the records and applies it, so nothing bigger than a record is held.
+    loaded = rlds_reverb.load(robot_dir, encoded_frames='all').take(30)
+    chunked = loaded.apply(adders.chunks(2, 4))
+    assert isinstance(episodes_lib.find_source(chunked), sources.StageMappedSource)
+    shuffled = shuffle_within_budget(chunked, memory_budget_bytes=2_000_000, seed=1)
+    by_id = {
+        int(e[rd.METADATA][rd.EPISODE_ID]): e[types.STEPS]
+        for e in episodes_lib.to_whole_episodes(shuffled).as_numpy_iterator()
+    }
+    for e in episodes_lib.to_whole_episodes(chunked).as_numpy_iterator():
+        got = by_id.pop(int(e[rd.METADATA][rd.EPISODE_ID]))
+        tf.nest.map_structure(np.testing.assert_array_equal, got, e[types.STEPS])
+    assert not by_id
