@@ -384,8 +384,10 @@ def shuffle_within_budget(
 
     Args:
       episodes: What `rlds_reverb.load` returns for a TFDS directory or name (its default
-        read of TFRecord shards), or a `take`, `skip` or `shard` of it; frames decoded or
-        kept encoded (`encoded_frames=`).
+        read of TFRecord shards), a `take`, `skip` or `shard` of it, or what a map over
+        its source returns (`normalize`, and adders made in the read's own map, such as
+        `adders.chunks`: the records are shuffled, the map applied as they are read);
+        frames decoded or kept encoded (`encoded_frames=`).
       memory_budget_bytes: The most bytes the buffer and the episodes being read hold.
       seed: Seeds the order of the ranges and the buffer's choices.
       unit: `ShuffleUnit.EPISODES` (whole episodes) or `ShuffleUnit.STEPS` (every

@@ -75,6 +75,7 @@ def _manifest_segments(partial: pathlib.Path) -> int:
         return 0
 
 
+@pytest.mark.slow  # A program converted, then killed mid-run and resumed: about 19 s.
 def test_a_killed_conversion_resumes_to_the_same_files(run_cli, tmp_path):
     source = lerobot_data.write(tmp_path / 'robot', lerobot_data.robot_spec(60, seed=5))
     args = ['--to', 'lerobot', '--fps', '10', '--frames-per-file', '200', '--no-progress']
