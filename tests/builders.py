@@ -5,13 +5,15 @@ fields and the three flags). Every field can be given per step; what is not give
 default. `case_episodes()` expands the compact episode specs of `tests/cases` with it.
 The dataset constructors turn such dicts into an RLDS dataset (`rlds`), one whose step
 shapes are partly unknown (`rlds_from_generator`), the whole-episode tensor form
-(`episode_tensors`), or a TFDS directory (`write_tfds`).
+(`episode_tensors`), or a TFDS directory (`write_tfds`; `SpecBuilder`, the base of the
+test datasets written by TFDS' own builder with its defaults).
 """
 
 from __future__ import annotations
 
 import pathlib
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import tensorflow as tf
@@ -241,6 +243,42 @@ def write_tfds(
         name=name,
         episodes_per_shard=episodes_per_shard,
     )
+
+
+class SpecBuilder(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+    """A TFDS builder of a test spec's episodes, keyed by their index, one split: 'train'.
+
+    TFDS' own writer with its defaults: it orders examples by a hash of their keys, so the
+    shards hold the episodes shuffled (unless `DISABLE_SHUFFLING`). A subclass is named
+    for its dataset (TFDS takes the name from the class), sets `VERSION` and
+    `RELEASE_NOTES`, and makes the features and examples of `self.spec`.
+    """
+
+    DISABLE_SHUFFLING = False
+
+    def __init__(self, *, spec: Any, **kwargs):
+        self.spec = spec
+        super().__init__(**kwargs)
+
+    def make_features(self) -> tfds.features.FeaturesDict:
+        """Returns the dataset's features."""
+        raise NotImplementedError
+
+    def make_examples(self) -> Iterable[dict]:
+        """Returns the episodes as TFDS takes them, in index order."""
+        raise NotImplementedError
+
+    def _info(self) -> tfds.core.DatasetInfo:
+        return tfds.core.DatasetInfo(
+            builder=self, features=self.make_features(), disable_shuffling=self.DISABLE_SHUFFLING
+        )
+
+    def _split_generators(self, dl_manager):
+        del dl_manager
+        return {'train': self._generate_examples()}
+
+    def _generate_examples(self):
+        yield from enumerate(self.make_examples())
 
 
 def run_transform(transform, episodes: Sequence[dict], form: str) -> list[dict]:

@@ -30,6 +30,7 @@ import numpy as np
 import tensorflow_datasets as tfds
 
 from rlds_reverb.core import types
+from tests import builders
 
 FRONT, WRIST = (48, 64, 3), (32, 40, 3)
 JOINTS = ['shoulder_pan', 'shoulder_lift', 'elbow', 'wrist_flex', 'wrist_roll', 'forearm', 'grip']
@@ -150,25 +151,18 @@ def make_features() -> tfds.features.FeaturesDict:
     )
 
 
-class RobotRlds(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+class RobotRlds(builders.SpecBuilder, skip_registration=True):
     """A TFDS builder of a `RobotSpec`'s episodes, written in order (one split, 'train')."""
 
     VERSION = tfds.core.Version('1.0.0')
     RELEASE_NOTES = {'1.0.0': 'Robot-shaped test data.'}
+    DISABLE_SHUFFLING = True
 
-    def __init__(self, *, spec: RobotSpec, **kwargs):
-        self._spec = spec
-        super().__init__(**kwargs)
+    def make_features(self) -> tfds.features.FeaturesDict:
+        return make_features()
 
-    def _info(self) -> tfds.core.DatasetInfo:
-        return tfds.core.DatasetInfo(builder=self, features=make_features(), disable_shuffling=True)
-
-    def _split_generators(self, dl_manager):
-        del dl_manager
-        return {'train': self._generate_examples()}
-
-    def _generate_examples(self):
-        yield from enumerate(make_episodes(self._spec))
+    def make_examples(self):
+        return make_episodes(self.spec)
 
 
 def write(data_dir: pathlib.Path | str, spec: RobotSpec) -> pathlib.Path:

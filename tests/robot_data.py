@@ -38,6 +38,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from rlds_reverb.core import types
+from tests import builders
 
 SPLIT = 'train'
 IMAGE, WRIST, OVERHEAD = 'image', 'wrist_image', 'overhead'
@@ -198,27 +199,17 @@ def _as_written(episode: dict) -> dict:
     return {types.STEPS: {**steps, types.OBSERVATION: observation}, METADATA: episode[METADATA]}
 
 
-class RobotRlds(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+class RobotRlds(builders.SpecBuilder, skip_registration=True):
     """A TFDS builder of a `RobotSpec`'s episodes, keyed by index, with TFDS's defaults."""
 
     VERSION = tfds.core.Version('1.0.0')
     RELEASE_NOTES = {'1.0.0': 'Robot-like test data with JPEG and PNG cameras.'}
 
-    def __init__(self, *, spec: RobotSpec, **kwargs):
-        self._spec = spec
-        super().__init__(**kwargs)
+    def make_features(self) -> tfds.features.FeaturesDict:
+        return make_features(self.spec)
 
-    def _info(self) -> tfds.core.DatasetInfo:
-        return tfds.core.DatasetInfo(builder=self, features=make_features(self._spec))
-
-    def _split_generators(self, dl_manager):
-        del dl_manager
-        return {SPLIT: self._generate_examples()}
-
-    def _generate_examples(self):
-        # TFDS orders examples by a hash of these keys: the shards hold them shuffled.
-        for index, episode in enumerate(make_episodes(self._spec)):
-            yield index, _as_written(episode)
+    def make_examples(self):
+        return map(_as_written, make_episodes(self.spec))
 
 
 def write(data_dir: pathlib.Path | str, spec: RobotSpec) -> pathlib.Path:

@@ -36,6 +36,7 @@ import tensorflow_datasets as tfds
 
 from rlds_reverb.core import episodes as episodes_lib
 from rlds_reverb.core import types
+from tests import builders
 
 SPLIT = 'train'
 STATE, IMAGE, INSTRUCTION = 'state', 'image', 'language_instruction'
@@ -181,26 +182,17 @@ def make_features(spec: UsersSpec) -> tfds.features.FeaturesDict:
     )
 
 
-class UsersRlds(tfds.core.GeneratorBasedBuilder, skip_registration=True):
+class UsersRlds(builders.SpecBuilder, skip_registration=True):
     """A TFDS builder of a `UsersSpec`'s episodes, keyed by their index, TFDS's defaults."""
 
     VERSION = tfds.core.Version('1.0.0')
     RELEASE_NOTES = {'1.0.0': "Test data shaped like users' data."}
 
-    def __init__(self, *, spec: UsersSpec, **kwargs):
-        self._spec = spec
-        super().__init__(**kwargs)
+    def make_features(self) -> tfds.features.FeaturesDict:
+        return make_features(self.spec)
 
-    def _info(self) -> tfds.core.DatasetInfo:
-        return tfds.core.DatasetInfo(builder=self, features=make_features(self._spec))
-
-    def _split_generators(self, dl_manager):
-        del dl_manager
-        return {SPLIT: self._generate_examples()}
-
-    def _generate_examples(self):
-        # TFDS orders examples by a hash of these keys: the shards hold them shuffled.
-        yield from enumerate(make_episodes(self._spec))
+    def make_examples(self):
+        return make_episodes(self.spec)
 
 
 def write(data_dir: pathlib.Path | str, spec: UsersSpec) -> pathlib.Path:
