@@ -12,6 +12,8 @@
 * test-fast runs a sample of each large case table (`pytest_collection_modifyitems`).
 * `make test` runs the suite on two pytest-xdist workers (`--dist loadgroup`); tests that
   must share a worker carry an `xdist_group` (`_XDIST_GROUPS`, the `timing` marker).
+* Ctrl-C reaches the tests and their programs however the suite was started
+  (`pytest_configure`).
 """
 
 from __future__ import annotations
@@ -219,6 +221,19 @@ def _add_xdist_group(item: pytest.Item) -> None:
             group = name
     if group is not None:
         item.add_marker(pytest.mark.xdist_group(group))
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """Gives SIGINT Python's own handler when the suite started with it ignored.
+
+    A non-interactive shell starts a background job with SIGINT ignored, and the xdist
+    workers and every program a test starts inherit that: a test that interrupts itself or
+    a program with SIGINT would see nothing happen. A handled signal is reset to its
+    default in programs started from here, so they install Python's handler too.
+    """
+    del config
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 @pytest.hookimpl(tryfirst=True)  # Before `-m` deselects by mark, and before xdist reads groups.
