@@ -74,17 +74,16 @@ class MixRlds(rd.RobotRlds, skip_registration=True):
         self._invalid_every = invalid_every
         super().__init__(spec=spec, **kwargs)
 
-    def _info(self) -> tfds.core.DatasetInfo:
-        features = rd.make_features(self._spec) if self._kind == KIND_A else None
-        features = features or _variant_features(self._spec)
-        return tfds.core.DatasetInfo(builder=self, features=features)
+    def make_features(self) -> tfds.features.FeaturesDict:
+        if self._kind == KIND_A:
+            return rd.make_features(self.spec)
+        return _variant_features(self.spec)
 
-    def _generate_examples(self):
-        for index in range(len(self._spec.lengths)):
-            yield (
-                index,
-                make_written(self._spec, index, kind=self._kind, invalid_every=self._invalid_every),
-            )
+    def make_examples(self):
+        return (
+            make_written(self.spec, index, kind=self._kind, invalid_every=self._invalid_every)
+            for index in range(len(self.spec.lengths))
+        )
 
 
 def write(
