@@ -75,29 +75,25 @@ class RecordSource(sources.EpisodeSource):
 
     def read(self) -> tf.data.Dataset:
         """Returns the selected episodes: episode-level features decoded, steps whole."""
-        return self._read_records().map(
-            episodes_lib.without_autograph(self.make_decoder()),
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=True,
-        )
+        return self._decode_records()
 
     def read_mapped(self, fn: Callable[[dict], dict]) -> tf.data.Dataset:
         """Returns `read()`'s episodes, `fn` applied in the decoding map (one stage)."""
-        return self._read_records().map(
-            sources.compose_episode_fns(self.make_decoder(), fn),
-            num_parallel_calls=tf.data.AUTOTUNE,
-            deterministic=True,
-        )
+        return self._decode_records(fn)
 
-    def _read_records(self) -> tf.data.Dataset:
-        """Returns the selected serialized records, in TFDS' order."""
+    def _decode_records(self, *fns: Callable[[dict], dict]) -> tf.data.Dataset:
+        """Returns the selected records in TFDS' order, each decoded, then given to `fns`."""
         if len(self.file_instructions) == 1:  # The same order, without tracing an interleave.
             ((path, skip, take),) = self.file_instructions
             records = _read_shard(path, skip, take)
         else:
             records = _interleave(self._list_files(), _read_shard, cycle_length=self.cycle_length)
         # The selections on the serialized records: nothing skipped is decoded.
-        return sources.apply_selections(records, self.selections)
+        return sources.apply_selections(records, self.selections).map(
+            sources.compose_episode_fns(self.make_decoder(), *fns),
+            num_parallel_calls=tf.data.AUTOTUNE,
+            deterministic=True,
+        )
 
     def make_decoder(self) -> Callable[[tf.Tensor], dict]:
         """Returns the function (in graph) that makes one serialized record a whole episode:

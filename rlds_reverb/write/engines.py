@@ -421,15 +421,15 @@ def make_engine(
     Raises:
       ValueError: If `kind` is STRUCTURED but configs cannot create the items.
     """
-    kind = types.as_enum(EngineKind, kind, argument='engine')
+    engine_kind: EngineKind = types.as_enum(EngineKind, kind, argument='engine')
     configs = None
-    if priority is not None and _picks_structured(EngineKind(kind), item):
+    if priority is not None and _picks_structured(engine_kind, item):
         configs = configs_lib.make_item_configs(item, row_structure, table_names, priority)
     if configs is not None:
         return StructuredEngine(
             client, configs, max_in_flight_items=max_in_flight_items, timeout_ms=timeout_ms
         )
-    if kind is EngineKind.STRUCTURED:
+    if engine_kind is EngineKind.STRUCTURED:
         raise ValueError(
             f"engine='structured' cannot write {item} items"
             + (' with per-item priorities' if priority is None else '')
